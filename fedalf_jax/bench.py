@@ -1,0 +1,101 @@
+"""Round throughput (DESIGN §9 ``fedalf bench``): the compiled vmapped round against a sequential
+per-client loop of the same math (the same ``client_step`` jitted for one client, called in a
+Python loop, then the same ``server_step``), measured in one process. Medians after compile.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from .config import Config
+from .round import client_step, round_keys, run_rounds, sample_clients, server_step, init_state
+from .client import steps_per_epoch
+
+
+def _timed(fn, repeats):
+    out, times = None, []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return out, times
+
+
+def sequential_round(spec, client_j, server_j, sel_j, state, hp, data):
+    """One round as a Python loop over the sampled clients (same functions as the compiled round)."""
+    m = spec.clients_per_round
+    k_sel, ckeys = round_keys(state, m)
+    sel = sel_j(k_sel)
+    outs = []
+    for i in range(m):
+        c = sel[i]
+        dual = jax.tree_util.tree_map(lambda a: a[c], state.duals) if spec.algorithm.has_dual else ()
+        outs.append(client_j(state.variables, dual, data.train_idx[c], data.train_n[c], ckeys[i], hp,
+                             state.round, data.x, data.y))
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs)
+    return server_j(state, sel, data.train_n[sel], stacked, hp)
+
+
+def make_sequential(spec):
+    client_j = jax.jit(lambda *a: client_step(spec, *a))
+    server_j = jax.jit(lambda *a: server_step(spec, *a))
+    sel_j = jax.jit(lambda k: sample_clients(spec, k))
+    return lambda state, hp, data: sequential_round(spec, client_j, server_j, sel_j, state, hp, data)
+
+
+def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True) -> dict:
+    from .run import build
+    exp = build(cfg)
+    spec, hp, data = exp.spec, exp.hp, exp.data
+    state = init_state(spec, cfg.seed)
+    t0 = time.perf_counter()
+    compiled = jax.jit(lambda s, h, d: run_rounds(spec, s, h, d, 1)).lower(state, hp, data).compile()
+    compile_s = time.perf_counter() - t0
+    box = {"s": state}
+
+    def one_compiled():
+        box["s"], _ = compiled(box["s"], hp, data)
+        return box["s"]
+
+    _, times = _timed(one_compiled, repeats)
+    steps = cfg.local_epochs * steps_per_epoch(int(data.train_idx.shape[1]), cfg.batch_size)
+    client_steps = cfg.clients_per_round * steps
+    res = {
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0]),
+        "algorithm": cfg.algorithm, "model": cfg.model, "dataset": cfg.dataset,
+        "clients_per_round": cfg.clients_per_round, "steps_per_client": steps,
+        "compile_s": round(compile_s, 3),
+        "compiled_s_per_round": statistics.median(times),
+        "compiled_times": times,
+    }
+    res["rounds_per_s"] = 1.0 / res["compiled_s_per_round"]
+    res["client_steps_per_s"] = client_steps / res["compiled_s_per_round"]
+    if sequential:
+        seq = make_sequential(spec)
+        box2 = {"s": state}
+
+        def one_seq():
+            box2["s"], _ = seq(box2["s"], hp, data)
+            return box2["s"]
+
+        one_seq()  # compile
+        _, stimes = _timed(one_seq, repeats)
+        res["sequential_s_per_round"] = statistics.median(stimes)
+        res["sequential_times"] = stimes
+        res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
+    res["peak_memory_mb"] = _peak_memory_mb()
+    return res
+
+
+def _peak_memory_mb() -> float:
+    dev = jax.devices()[0]
+    stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
+    if stats and "peak_bytes_in_use" in stats:
+        return stats["peak_bytes_in_use"] / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # host RSS on CPU (KiB on Linux)

@@ -1,0 +1,127 @@
+"""Client-side local training (DESIGN §2): masked minibatch SGD as one ``lax.scan``, vmap-safe.
+
+A client is described by a row of padded indices into the device-resident data pool and its count
+``n``. Every client runs the same number of compiled steps, ``epochs * ceil(L / B)`` for padded
+length ``L``; examples past ``n`` have zero loss weight and a step with no real example leaves the
+model unchanged, so a padded client trains exactly as it would unpadded.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Penalty = Optional[Callable[[Any], jnp.ndarray]]  # params -> scalar added to the local objective
+
+
+def epoch_order(key, n, length: int) -> jnp.ndarray:
+    """A random order of the positions ``0..n-1`` followed by the padded positions ``n..length-1``."""
+    pos = jnp.arange(length)
+    u = jax.random.uniform(key, (length,))
+    return jnp.argsort(jnp.where(pos < n, u, 2.0 + pos / length))
+
+
+def steps_per_epoch(length: int, batch_size: int) -> int:
+    return int(math.ceil(length / batch_size))
+
+
+def _join(params, stats):
+    return {"params": params} if stats is None else {"params": params, "batch_stats": stats}
+
+
+def masked_loss(model, params, stats, x, y, mask, *, train: bool, rng=None):
+    """Mean cross-entropy over the examples where ``mask`` is 1 (0 if there are none)."""
+    logits, new_state = model.apply(_join(params, stats), x, train=train, rng=rng)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    w = mask.astype(ce.dtype)
+    loss = jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
+    correct = jnp.sum((jnp.argmax(logits, -1) == y) * w)
+    return loss, (new_state.get("batch_stats", stats) if stats is not None else None, correct)
+
+
+def local_sgd(model, variables, x_pool, y_pool, idx, n, key, lr, *, epochs: int, batch_size: int,
+              penalty: Penalty = None, data_loss=None):
+    """Plain SGD on ``f_i(w) + penalty(w)`` from ``variables``; returns the trained variables.
+
+    ``data_loss(params, stats, x, y, mask, rng) -> (loss, (new_stats, _))`` defaults to the model's
+    masked cross-entropy (:func:`masked_loss`); tests swap in losses with closed-form minimisers.
+    """
+    if data_loss is None:
+        data_loss = lambda p, s, xb, yb, mask, rng: masked_loss(model, p, s, xb, yb, mask,  # noqa: E731
+                                                                train=True, rng=rng)
+    length = idx.shape[0]
+    steps = steps_per_epoch(length, batch_size)
+    padded = steps * batch_size
+
+    def objective(params, stats, xb, yb, mask, rng):
+        loss, (new_stats, _) = data_loss(params, stats, xb, yb, mask, rng)
+        if penalty is not None:
+            loss = loss + penalty(params)
+        return loss, new_stats
+
+    grad_fn = jax.grad(objective, has_aux=True)
+
+    def run_epoch(carry, ekey):
+        okey, dkey = jax.random.split(ekey)
+        order = epoch_order(okey, n, length)
+        order = jnp.concatenate([order, jnp.zeros(padded - length, order.dtype)])
+
+        def step(carry, j):
+            params, stats = carry
+            pos = jax.lax.dynamic_slice(order, (j * batch_size,), (batch_size,))
+            mask = (j * batch_size + jnp.arange(batch_size)) < n
+            rows = idx[pos]
+            g, new_stats = grad_fn(params, stats, x_pool[rows], y_pool[rows], mask,
+                                   jax.random.fold_in(dkey, j))
+            live = jnp.any(mask)
+            params = jax.tree_util.tree_map(lambda p, gi: jnp.where(live, p - lr * gi, p), params, g)
+            if stats is not None:
+                stats = jax.tree_util.tree_map(lambda s, ns: jnp.where(live, ns, s), stats, new_stats)
+            return (params, stats), None
+
+        carry, _ = jax.lax.scan(step, carry, jnp.arange(steps))
+        return carry, None
+
+    init = (variables["params"], variables.get("batch_stats"))
+    (params, stats), _ = jax.lax.scan(run_epoch, init, jax.random.split(key, epochs))
+    return _join(params, stats)
+
+
+def full_loss(model, variables, x_pool, y_pool, idx, n):
+    """``f_i`` on the whole (padded) train split: the client's loss at ``variables``."""
+    mask = jnp.arange(idx.shape[0]) < n
+    loss, _ = masked_loss(model, variables["params"], variables.get("batch_stats"), x_pool[idx],
+                          y_pool[idx], mask, train=False)
+    return loss
+
+
+def full_loss_and_grad(model, variables, x_pool, y_pool, idx, n):
+    """``f_i(θ)`` and its exact full-batch gradient with respect to the params (FedLF, client_grad=full)."""
+    mask = jnp.arange(idx.shape[0]) < n
+    stats = variables.get("batch_stats")
+
+    def f(params):
+        loss, _ = masked_loss(model, params, stats, x_pool[idx], y_pool[idx], mask, train=False)
+        return loss
+
+    return jax.value_and_grad(f)(variables["params"])
+
+
+def evaluate_clients(model, variables, x_pool, y_pool, idx, n, *, batch_size: int = 10):
+    """Accuracy and mean loss of one global model on every client's split (``idx`` is [N, L]).
+
+    Clients are processed ``batch_size`` at a time with ``lax.map`` to bound memory.
+    """
+    params, stats = variables["params"], variables.get("batch_stats")
+
+    def one(args):
+        ci, cn = args
+        mask = jnp.arange(ci.shape[0]) < cn
+        loss, (_, correct) = masked_loss(model, params, stats, x_pool[ci], y_pool[ci], mask, train=False)
+        return correct / jnp.maximum(cn, 1), loss
+
+    return jax.lax.map(one, (idx, n), batch_size=batch_size)

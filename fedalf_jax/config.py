@@ -1,0 +1,208 @@
+"""Run configuration: one frozen dataclass, validated up front with one-line errors.
+
+Everything a run needs to be reproduced lives here and is written to ``config.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+ALGORITHMS = ("fedavg", "fedprox", "qfedavg", "fedadmm", "fedlf", "fedalf")
+DATASETS = ("fmnist", "cifar10", "cifar100", "synthetic")
+PARTITIONS = ("pat1", "pat2", "dirichlet", "iid")
+ASSIGNS = ("fedlf", "shards")
+MODELS = ("cnn", "cnn_bn", "mlp")
+LDPS = ("none", "adaptive", "ldp_fl")
+DPS = ("none", "gaussian")
+CLIENT_GRADS = ("full", "local")
+LAYERS = ("module", "tensor")
+SERVER_TARGETS = ("augmented", "model")
+DUAL_FROM = ("local", "perturbed")
+QP_METHODS = ("osqp", "pgd")
+
+# Server learning rate and its per-round decay when the user gives none (DESIGN §3).
+_SERVER_DEFAULTS = {
+    "fedavg": (1.0, 1.0),
+    "fedprox": (1.0, 1.0),
+    "qfedavg": (1.0, 1.0),  # unused: qFedAvg's step is set by its h_i
+    "fedadmm": (1.0, 1.0),
+    "fedlf": (0.5, 0.999),
+    "fedalf": (0.5, 0.999),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names it and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    # what to run
+    algorithm: str = "fedalf"
+    dataset: str = "fmnist"
+    data_dir: Optional[str] = None
+    data_source: str = "auto"
+    synthetic_like: str = "fmnist"
+    synthetic_train: int = 2000
+    synthetic_test: int = 500
+    partition: str = "pat1"
+    assign: str = "fedlf"
+    alpha: float = 0.5
+    model: str = "cnn"
+    conv_impl: str = "auto"
+    # federated setting (DESIGN §2)
+    rounds: int = 200
+    clients: int = 100
+    clients_per_round: int = 10
+    local_epochs: int = 1
+    batch_size: int = 50
+    lr: float = 0.05
+    lr_decay: float = 0.999
+    server_lr: Optional[float] = None
+    server_lr_decay: Optional[float] = None
+    # algorithm hyper-parameters
+    mu: float = 0.01
+    rho: float = 1.0
+    q: float = 0.1
+    client_grad: str = "full"
+    history: Optional[bool] = None
+    layers: str = "module"
+    merge_tol: float = 1e-6
+    qp_method: str = "osqp"
+    server_target: str = "augmented"
+    dual_from: str = "perturbed"
+    # privacy (DESIGN §4)
+    ldp: str = "none"
+    dp: str = "none"
+    epsilon: float = 2.0
+    delta: float = 1e-5
+    clip: float = 1.0
+    # bookkeeping
+    eval_every: int = 10
+    seed: int = 0
+    out: Optional[str] = None
+
+    # ---- derived values -------------------------------------------------------------
+    @property
+    def resolved_server_lr(self) -> float:
+        return self.server_lr if self.server_lr is not None else _SERVER_DEFAULTS[self.algorithm][0]
+
+    @property
+    def resolved_server_lr_decay(self) -> float:
+        if self.server_lr_decay is not None:
+            return self.server_lr_decay
+        return _SERVER_DEFAULTS[self.algorithm][1]
+
+    @property
+    def resolved_history(self) -> bool:
+        if self.history is not None:
+            return bool(self.history)
+        return self.algorithm == "fedlf"
+
+    # ---- (de)serialisation ----------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown}; valid keys are the long flag names with '_' "
+                              f"(e.g. clients_per_round)")
+        return cls(**d).validated()
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Config":
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist; pass an existing JSON file to --config")
+        try:
+            d = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config file {p} is not valid JSON ({e.msg} at line {e.lineno})") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"config file {p} must hold a JSON object of option names to values")
+        return cls.from_dict(d)
+
+    def replace(self, **kw: Any) -> "Config":
+        return dataclasses.replace(self, **kw).validated()
+
+    # ---- validation -----------------------------------------------------------------
+    def check_privacy(self) -> None:
+        """The privacy options' consistency (DESIGN §4); ``ValueError`` with a one-line message."""
+        from .privacy import validate_privacy
+        validate_privacy(ldp=self.ldp, dp=self.dp, epsilon=self.epsilon, delta=self.delta, clip=self.clip,
+                         algorithm=self.algorithm, client_grad=self.client_grad)
+
+    def validated(self) -> "Config":
+        _choice("algorithm", self.algorithm, ALGORITHMS)
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("synthetic_like", self.synthetic_like, ("fmnist", "cifar10", "cifar100"))
+        _choice("data_source", self.data_source, ("auto", "dir", "tfds"))
+        _choice("partition", self.partition, PARTITIONS)
+        _choice("assign", self.assign, ASSIGNS)
+        _choice("model", self.model, MODELS)
+        _choice("ldp", self.ldp, LDPS)
+        _choice("dp", self.dp, DPS)
+        _choice("client_grad", self.client_grad, CLIENT_GRADS)
+        _choice("layers", self.layers, LAYERS)
+        _choice("server_target", self.server_target, SERVER_TARGETS)
+        _choice("dual_from", self.dual_from, DUAL_FROM)
+        _choice("qp_method", self.qp_method, QP_METHODS)
+        for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "eval_every",
+                     "synthetic_train", "synthetic_test"):
+            _pos_int(name, getattr(self, name))
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.clients_per_round > self.clients:
+            raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients}); "
+                              f"lower --clients-per-round or raise --clients")
+        for name in ("lr", "alpha", "rho", "epsilon", "clip"):
+            _pos_float(name, getattr(self, name))
+        for name in ("mu", "q", "merge_tol"):
+            _nonneg_float(name, getattr(self, name))
+        for name in ("lr_decay", "server_lr_decay"):
+            v = getattr(self, name)
+            if v is not None:
+                _pos_float(name, v)
+                if v > 1:
+                    raise ConfigError(f"{name} must be in (0, 1], got {v}")
+        if self.server_lr is not None:
+            _pos_float("server_lr", self.server_lr)
+        if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
+            raise ConfigError(f"delta must be in (0, 1), got {self.delta!r}")
+        if self.dataset == "synthetic" and self.data_dir is not None:
+            raise ConfigError("--data-dir has no meaning for --dataset synthetic; drop one of them")
+        with warnings.catch_warnings():  # the ε ≥ 1 Gaussian-DP warning is given once, at run start
+            warnings.simplefilter("ignore")
+            try:
+                self.check_privacy()
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        return self
+
+
+def _choice(name: str, value: Any, options: tuple) -> None:
+    if value not in options:
+        raise ConfigError(f"unknown {name} {value!r}; choose one of {', '.join(options)}")
+
+
+def _pos_int(name: str, v: Any) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+
+
+def _pos_float(name: str, v: Any) -> None:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
+
+
+def _nonneg_float(name: str, v: Any) -> None:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        raise ConfigError(f"{name} must be a non-negative finite number, got {v!r}")

@@ -1,0 +1,523 @@
+"""Datasets: Fashion-MNIST, CIFAR-10/100 and a small learnable synthetic set (NumPy only).
+
+``load_dataset(name)`` returns a :class:`Dataset` with float32 NHWC images and int32 labels.
+
+Where the data comes from (``source="auto"``), in this order:
+
+1. ``data_dir`` if given -- and only there: a directory that was named explicitly but does not hold
+   the data is an error, never silently replaced by another copy;
+2. ``$FEDALF_DATA_DIR`` and its per-dataset subfolder (``fmnist``/``fashion-mnist``, ``cifar10``,
+   ``cifar100``);
+3. known locations (``/usr/share/datasets/fashion-mnist``, installed by Debian's
+   ``dataset-fashion-mnist``);
+4. tensorflow-datasets, only if it is importable (it is an optional extra, imported lazily).
+
+``source="dir"`` stops after step 3, ``source="tfds"`` goes straight to step 4.
+
+On disk the datasets are read as they ship:
+
+* Fashion-MNIST: the four IDX files ``{train,t10k}-{images-idx3,labels-idx1}-ubyte`` gzipped
+  (``.gz``) or not; headers, magic numbers and sizes are checked.
+* CIFAR-10: ``cifar-10-batches-py/{data_batch_1..5,test_batch}``; CIFAR-100:
+  ``cifar-100-python/{train,test}`` (python pickles). The directory may be the extracted folder or
+  its parent; the parent may also hold the unextracted ``cifar-10-python.tar.gz`` /
+  ``cifar-100-python.tar.gz``, read in place.
+
+Pixels become float32 in [0, 1]; CIFAR is then normalised per channel with the usual mean/std
+constants (:data:`CIFAR10_MEAN` etc.).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import pickle
+import tarfile
+import zlib
+from typing import Callable
+
+import numpy as np
+
+__all__ = [
+    "DataError",
+    "Dataset",
+    "load_dataset",
+    "dataset_info",
+    "DATASETS",
+    "KNOWN_LOCATIONS",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "CIFAR100_MEAN",
+    "CIFAR100_STD",
+]
+
+DATASETS = ("fmnist", "cifar10", "cifar100", "synthetic")
+
+_INFO = {
+    "fmnist": ((28, 28, 1), 10),
+    "cifar10": ((32, 32, 3), 10),
+    "cifar100": ((32, 32, 3), 100),
+}
+
+_ALIASES = {
+    "fashion_mnist": "fmnist",
+    "fashion-mnist": "fmnist",
+    "fashionmnist": "fmnist",
+    "cifar-10": "cifar10",
+    "cifar_10": "cifar10",
+    "cifar-100": "cifar100",
+    "cifar_100": "cifar100",
+}
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
+CIFAR100_STD = (0.2673, 0.2564, 0.2762)
+
+#: Locations searched after ``$FEDALF_DATA_DIR`` (source "auto" and "dir").
+KNOWN_LOCATIONS = {
+    "fmnist": ("/usr/share/datasets/fashion-mnist",),
+    "cifar10": (),
+    "cifar100": (),
+}
+
+# Per-dataset subfolders tried below every directory searched.
+_SUBDIRS = {
+    "fmnist": ("fmnist", "fashion-mnist", "fashion_mnist", "FashionMNIST/raw"),
+    "cifar10": ("cifar10", "cifar-10-batches-py", "cifar10/cifar-10-batches-py"),
+    "cifar100": ("cifar100", "cifar-100-python", "cifar100/cifar-100-python"),
+}
+
+_TFDS_NAMES = {"fmnist": "fashion_mnist", "cifar10": "cifar10", "cifar100": "cifar100"}
+
+_HOW_TO_GET = {
+    "fmnist": (
+        "Get it with 'sudo apt-get install dataset-fashion-mnist' or pass --data-dir DIR holding "
+        "the four IDX .gz files."
+    ),
+    "cifar10": (
+        "Download cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/ and extract it "
+        "into DIR (pass --data-dir DIR), or pip install 'fedalf-jax[tfds]'."
+    ),
+    "cifar100": (
+        "Download cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/ and extract it "
+        "into DIR (pass --data-dir DIR), or pip install 'fedalf-jax[tfds]'."
+    ),
+}
+
+_FMNIST_FILES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
+
+
+class DataError(Exception):
+    """A dataset could not be found or read. The message is one line, meant for the user."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Dataset:
+    """A loaded dataset: float32 ``[n, H, W, C]`` images, int32 ``[n]`` labels."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    source: str
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.x_train.shape[1:])
+
+    def __repr__(self) -> str:  # arrays are large; keep the repr short
+        return (
+            f"Dataset(name={self.name!r}, train={self.x_train.shape}, test={self.x_test.shape}, "
+            f"num_classes={self.num_classes}, source={self.source!r})"
+        )
+
+
+def _canonical(name: str) -> str:
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in DATASETS:
+        raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}.")
+    return key
+
+
+def dataset_info(name: str, *, synthetic_like: str = "fmnist") -> tuple[tuple[int, int, int], int]:
+    """``(image shape (H, W, C), number of classes)`` of a dataset, without loading it."""
+    key = _canonical(name)
+    if key == "synthetic":
+        like = _canonical(synthetic_like)
+        if like == "synthetic":
+            raise DataError("synthetic_like must be one of fmnist, cifar10, cifar100.")
+        return _INFO[like]
+    return _INFO[key]
+
+
+# --------------------------------------------------------------------------------------------
+# Fashion-MNIST (IDX files)
+# --------------------------------------------------------------------------------------------
+
+_IDX_DTYPES = {0x08: np.uint8}
+
+
+def _read_idx(path: str, expect_ndim: int) -> np.ndarray:
+    """Parse one IDX file (gzipped if its name ends in .gz); any defect is a DataError naming it."""
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                raw = f.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise DataError(f"cannot read {path}: {e} (truncated or corrupt; download it again).") from None
+    if len(raw) < 4:
+        raise DataError(f"corrupt IDX file {path}: only {len(raw)} bytes (download it again).")
+    zero, dtype_code, ndim = int.from_bytes(raw[0:2], "big"), raw[2], raw[3]
+    if zero != 0 or dtype_code not in _IDX_DTYPES or ndim != expect_ndim:
+        magic = int.from_bytes(raw[0:4], "big")
+        raise DataError(
+            f"corrupt IDX file {path}: magic 0x{magic:08x}, expected 0x{0x0800 + expect_ndim:08x} "
+            "(download it again)."
+        )
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"corrupt IDX file {path}: header truncated (download it again).")
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    size = int(np.prod(dims, dtype=np.int64))
+    if len(raw) - header != size:
+        raise DataError(
+            f"corrupt IDX file {path}: header says {'x'.join(map(str, dims))} = {size} bytes of data, "
+            f"found {len(raw) - header} (truncated or corrupt; download it again)."
+        )
+    return np.frombuffer(raw, dtype=_IDX_DTYPES[dtype_code], offset=header).reshape(dims)
+
+
+def _find_fmnist_files(d: str) -> dict[str, str] | None:
+    found = {}
+    for key, stem in _FMNIST_FILES.items():
+        for cand in (stem + ".gz", stem):
+            p = os.path.join(d, cand)
+            if os.path.isfile(p):
+                found[key] = p
+                break
+        else:
+            return None
+    return found
+
+
+def _load_fmnist_dir(d: str) -> tuple | None:
+    files = _find_fmnist_files(d)
+    if files is None:
+        return None
+    arrays = {}
+    for key, path in files.items():
+        arr = _read_idx(path, 3 if key.startswith("x") else 1)
+        if key.startswith("x") and arr.shape[1:] != (28, 28):
+            raise DataError(f"unexpected image size {arr.shape[1:]} in {path}: Fashion-MNIST is 28x28.")
+        arrays[key] = arr
+    for split in ("train", "test"):
+        nx, ny = len(arrays["x_" + split]), len(arrays["y_" + split])
+        if nx != ny:
+            raise DataError(
+                f"{files['x_' + split]} holds {nx} images but {files['y_' + split]} {ny} labels "
+                "(download them again)."
+            )
+        if ny and int(arrays["y_" + split].max()) >= 10:
+            raise DataError(f"labels out of range 0..9 in {files['y_' + split]} (download it again).")
+
+    def images(a: np.ndarray) -> np.ndarray:
+        out = a.astype(np.float32)[..., None]
+        out /= 255.0
+        return out
+
+    return (
+        images(arrays["x_train"]),
+        arrays["y_train"].astype(np.int32),
+        images(arrays["x_test"]),
+        arrays["y_test"].astype(np.int32),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# CIFAR (python pickles)
+# --------------------------------------------------------------------------------------------
+
+_CIFAR_LAYOUT = {
+    # folder, archive, train members, test member, label key
+    "cifar10": (
+        "cifar-10-batches-py",
+        "cifar-10-python.tar.gz",
+        tuple(f"data_batch_{i}" for i in range(1, 6)),
+        "test_batch",
+        b"labels",
+    ),
+    "cifar100": ("cifar-100-python", "cifar-100-python.tar.gz", ("train",), "test", b"fine_labels"),
+}
+
+
+def _unpickle(blob: bytes, where: str, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        d = pickle.loads(blob, encoding="bytes")
+        data = np.asarray(d[b"data"], dtype=np.uint8)
+        labels = np.asarray(d[label_key], dtype=np.int64)
+    except Exception as e:  # noqa: BLE001 - any defect in the pickle means the file is unusable
+        raise DataError(f"cannot read CIFAR batch {where}: {type(e).__name__}: {e} (download it again).") from None
+    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
+        raise DataError(
+            f"corrupt CIFAR batch {where}: data {data.shape}, {len(labels)} labels; expected [n, 3072] "
+            "and n labels (download it again)."
+        )
+    return data, labels
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e}.") from None
+
+
+def _cifar_members(
+    d: str, key: str
+) -> tuple[dict[str, Callable[[], bytes]], str, Callable[[], None]] | None:
+    """Readers for the CIFAR members found in ``d`` (extracted folder, its parent, or the tarball)."""
+    folder, archive, train_names, test_name, _ = _CIFAR_LAYOUT[key]
+    names = (*train_names, test_name)
+    for base in (d, os.path.join(d, folder)):
+        if all(os.path.isfile(os.path.join(base, n)) for n in names):
+            return {n: (lambda p=os.path.join(base, n): _read_file(p)) for n in names}, base, lambda: None
+    tar_path = os.path.join(d, archive)
+    if os.path.isfile(tar_path):
+        try:
+            tar = tarfile.open(tar_path, "r:gz")
+            members = {m.name: m for m in tar.getmembers()}
+        except (OSError, EOFError, tarfile.TarError, zlib.error) as e:
+            raise DataError(f"cannot read {tar_path}: {e} (truncated or corrupt; download it again).") from None
+        missing = [n for n in names if f"{folder}/{n}" not in members]
+        if missing:
+            tar.close()
+            raise DataError(f"{tar_path} lacks {folder}/{missing[0]} (download it again).")
+
+        def reader(n: str) -> Callable[[], bytes]:
+            def read() -> bytes:
+                try:
+                    return tar.extractfile(members[f"{folder}/{n}"]).read()
+                except (OSError, EOFError, tarfile.TarError, zlib.error) as e:
+                    raise DataError(f"cannot read {folder}/{n} in {tar_path}: {e} (download it again).") from None
+
+            return read
+
+        return {n: reader(n) for n in names}, tar_path, tar.close
+    return None
+
+
+def _normalise_cifar(data: np.ndarray, key: str) -> np.ndarray:
+    mean, std = (CIFAR10_MEAN, CIFAR10_STD) if key == "cifar10" else (CIFAR100_MEAN, CIFAR100_STD)
+    x = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).astype(np.float32)
+    x /= 255.0
+    x -= np.asarray(mean, np.float32)
+    x /= np.asarray(std, np.float32)
+    return x
+
+
+def _load_cifar_dir(d: str, key: str) -> tuple[tuple, str] | None:
+    """``(arrays, where)``: ``where`` is the extracted folder or the tarball actually read."""
+    found = _cifar_members(d, key)
+    if found is None:
+        return None
+    readers, where, close = found
+    _, _, train_names, test_name, label_key = _CIFAR_LAYOUT[key]
+    num_classes = _INFO[key][1]
+    try:
+        parts = [_unpickle(readers[n](), os.path.join(where, n), label_key) for n in train_names]
+        x_test, y_test = _unpickle(readers[test_name](), os.path.join(where, test_name), label_key)
+    finally:
+        close()
+    x_train = np.concatenate([p[0] for p in parts])
+    y_train = np.concatenate([p[1] for p in parts])
+    for y, n in ((y_train, "train"), (y_test, "test")):
+        if len(y) and (y.min() < 0 or y.max() >= num_classes):
+            raise DataError(f"labels out of range 0..{num_classes - 1} in the {n} batches of {where}.")
+    arrays = (
+        _normalise_cifar(x_train, key),
+        y_train.astype(np.int32),
+        _normalise_cifar(x_test, key),
+        y_test.astype(np.int32),
+    )
+    return arrays, where
+
+
+def _load_from_dir(d: str, key: str) -> tuple | None:
+    """Load ``key`` from directory ``d`` or one of its per-dataset subfolders; None if absent."""
+    if not os.path.isdir(d):
+        return None
+    for sub in ("", *_SUBDIRS[key]):
+        cand = os.path.join(d, sub) if sub else d
+        if not os.path.isdir(cand):
+            continue
+        if key == "fmnist":
+            arrays = _load_fmnist_dir(cand)
+            out = None if arrays is None else (arrays, cand)
+        else:
+            out = _load_cifar_dir(cand, key)
+        if out is not None:
+            return out
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# tensorflow-datasets
+# --------------------------------------------------------------------------------------------
+
+
+def _tfds_available() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("tensorflow_datasets") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _load_tfds(key: str, data_dir: str | None) -> tuple:
+    try:
+        import tensorflow_datasets as tfds  # optional extra: pip install 'fedalf-jax[tfds]'
+    except ImportError:
+        raise DataError(
+            f"{key}: tensorflow-datasets is not installed; pip install 'fedalf-jax[tfds]' or use local "
+            f"files. {_HOW_TO_GET[key]}"
+        ) from None
+    tfds_name = _TFDS_NAMES[key]
+    out = []
+    for split in ("train", "test"):
+        try:
+            ds = tfds.load(tfds_name, split=split, batch_size=-1, as_supervised=True, data_dir=data_dir)
+            x, y = tfds.as_numpy(ds)
+        except Exception as e:  # noqa: BLE001 - tfds raises many kinds (download, not prepared, ...)
+            msg = " ".join(str(e).split())[:200]
+            raise DataError(
+                f"{key}: tensorflow-datasets could not load '{tfds_name}' ({type(e).__name__}: {msg}). "
+                f"{_HOW_TO_GET[key]}"
+            ) from None
+        x = np.asarray(x)
+        if x.ndim == 3:
+            x = x[..., None]
+        if key == "fmnist":
+            x = x.astype(np.float32)
+            x /= 255.0
+        else:
+            x = _normalise_cifar(np.ascontiguousarray(x.transpose(0, 3, 1, 2)).reshape(len(x), -1), key)
+        out += [x, np.asarray(y).astype(np.int32)]
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# synthetic
+# --------------------------------------------------------------------------------------------
+
+
+def _synthetic(like: str, n_train: int, n_test: int, seed: int) -> tuple:
+    """Class prototypes (smooth random images) plus Gaussian pixel noise, clipped to [0, 1].
+
+    Every class has a fixed prototype, so a small CNN or MLP gets far above chance in a few rounds.
+    Labels are balanced (each class appears ``n // num_classes`` or one more times), shuffled.
+    """
+    (h, w, c), k = _INFO[like]
+    rng = np.random.default_rng([int(seed), 0x5EED, k, h])
+    # low-resolution random patterns, upsampled: blob-like structure a conv net can pick up
+    lo = rng.uniform(0.0, 1.0, size=(k, (h + 3) // 4, (w + 3) // 4, c)).astype(np.float32)
+    protos = lo.repeat(4, axis=1).repeat(4, axis=2)[:, :h, :w, :]
+
+    def draw(n: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
+        r = np.random.default_rng([int(seed), stream, k, h])
+        y = (np.arange(n) % k).astype(np.int32)
+        r.shuffle(y)
+        x = protos[y] + r.normal(0.0, 0.35, size=(n, h, w, c)).astype(np.float32)
+        np.clip(x, 0.0, 1.0, out=x)
+        return x.astype(np.float32, copy=False), y
+
+    x_train, y_train = draw(n_train, 1)
+    x_test, y_test = draw(n_test, 2)
+    return x_train, y_train, x_test, y_test
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------------
+
+
+def load_dataset(
+    name: str,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    source: str = "auto",
+    synthetic_like: str = "fmnist",
+    synthetic_train: int = 2000,
+    synthetic_test: int = 500,
+    seed: int = 0,
+) -> Dataset:
+    """Load ``name`` (``fmnist``, ``cifar10``, ``cifar100`` or ``synthetic``) as a :class:`Dataset`.
+
+    ``source``: ``"auto"`` (directory, ``$FEDALF_DATA_DIR``, known locations, then tensorflow-datasets),
+    ``"dir"`` (the same without tensorflow-datasets) or ``"tfds"``. ``synthetic_*`` and ``seed`` apply
+    to ``name="synthetic"`` only; the synthetic set is deterministic in ``seed``.
+    Raises :class:`DataError` (one line: where it looked, how to get the data).
+    """
+    key = _canonical(name)
+    if key == "synthetic":
+        like = _canonical(synthetic_like)
+        if like == "synthetic":
+            raise DataError("synthetic_like must be one of fmnist, cifar10, cifar100.")
+        if int(synthetic_train) < 1 or int(synthetic_test) < 1:
+            raise DataError(
+                f"synthetic sizes must be >= 1 (got train={synthetic_train}, test={synthetic_test})."
+            )
+        arrays = _synthetic(like, int(synthetic_train), int(synthetic_test), seed)
+        return Dataset("synthetic", *arrays, num_classes=_INFO[like][1], source="synthetic")
+
+    if source not in ("auto", "dir", "tfds"):
+        raise DataError(f"unknown data source {source!r}: choose auto, dir or tfds.")
+    num_classes = _INFO[key][1]
+    if source == "tfds":
+        arrays = _load_tfds(key, None if data_dir is None else os.fspath(data_dir))
+        return Dataset(key, *arrays, num_classes=num_classes, source="tfds")
+
+    if data_dir is not None:
+        d = os.path.abspath(os.path.expanduser(os.fspath(data_dir)))
+        got = _load_from_dir(d, key)
+        if got is None:
+            state = "" if os.path.isdir(d) else " (no such directory)"
+            raise DataError(f"{key} not found: looked in {d}{state} and its subfolders. {_HOW_TO_GET[key]}")
+        arrays, where = got
+        return Dataset(key, *arrays, num_classes=num_classes, source=where)
+
+    looked = []
+    env = os.environ.get("FEDALF_DATA_DIR")
+    if env:
+        env_d = os.path.abspath(os.path.expanduser(env))
+        got = _load_from_dir(env_d, key)
+        if got is not None:
+            return Dataset(key, *got[0], num_classes=num_classes, source=got[1])
+        looked.append(f"$FEDALF_DATA_DIR={env_d}")
+    else:
+        looked.append("$FEDALF_DATA_DIR (unset)")
+    for d in KNOWN_LOCATIONS[key]:
+        got = _load_from_dir(d, key)
+        if got is not None:
+            return Dataset(key, *got[0], num_classes=num_classes, source=got[1])
+        looked.append(d)
+    if source == "auto":
+        if _tfds_available():
+            arrays = _load_tfds(key, None)
+            return Dataset(key, *arrays, num_classes=num_classes, source="tfds")
+        looked.append("tensorflow-datasets (not installed)")
+    raise DataError(f"{key} not found: looked in {', '.join(looked)}. {_HOW_TO_GET[key]}")

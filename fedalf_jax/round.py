@@ -1,0 +1,162 @@
+"""The federated round: one pure function, compiled once, used by every algorithm (DESIGN §1, §2).
+
+``round_step(spec, state, hp, data)`` samples ``m`` clients with ``jax.random``, gathers their
+(padded) index rows, runs every sampled client's local update vmapped, applies the privacy
+mechanism, lets the algorithm's server function aggregate, and returns the new state and the
+round's metrics. ``run_rounds`` scans it; the run loop jits that scan once per chunk length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from . import tree as T
+from .algorithms import SERVER_INFO, Algorithm, HParams, ServerIn
+from .client import full_loss, full_loss_and_grad, local_sgd
+
+
+class ClientData(NamedTuple):
+    """Device-resident data: the pooled examples and every client's padded index rows."""
+
+    x: Any          # [P, H, W, C] float32
+    y: Any          # [P] int32
+    train_idx: Any  # [N, L_train] int32 (padded)
+    train_n: Any    # [N] int32
+    test_idx: Any   # [N, L_test] int32 (padded)
+    test_n: Any     # [N] int32
+
+
+class RunState(NamedTuple):
+    variables: Any  # global model {'params': θ, ('batch_stats': ...)}
+    duals: Any      # ADMM duals of all N clients (leading axis N), or ()
+    sstate: Any     # server state (FedLF history rows), or ()
+    round: Any      # int32 scalar: the next round's index
+    key: Any        # the run key; round t uses fold_in(key, t)
+
+
+class ClientOut(NamedTuple):
+    delta: Any      # Δ_i
+    dual: Any       # the client's new dual (or ())
+    loss: Any       # l_i = f_i(θ_t) (0 when not needed)
+    stats: Any      # the client's batch statistics after training (or None)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RoundSpec:
+    """Everything static about a round (shapes, algorithm choice, privacy choice)."""
+
+    model: Any
+    algorithm: Algorithm
+    num_clients: int
+    clients_per_round: int
+    epochs: int
+    batch_size: int
+    layer_of: Any               # pytree like params with int layer ids
+    ldp: str = "none"
+    dp: str = "none"
+
+
+def init_state(spec: RoundSpec, seed: int) -> RunState:
+    init_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
+    variables = spec.model.init(init_key)
+    params = variables["params"]
+    duals = T.zeros_stacked(params, spec.num_clients) if spec.algorithm.has_dual else ()
+    sstate = spec.algorithm.init_server_state(params, spec.num_clients)
+    return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key)
+
+
+def privatise(spec: RoundSpec, key, theta, w, hp: HParams):
+    """w̃_i: the model the client reveals (LDP on the weights, or Gaussian DP on the update)."""
+    if spec.ldp != "none":
+        from .privacy import mechanism
+        return mechanism(spec.ldp)(key, w, hp.epsilon)
+    if spec.dp == "gaussian":
+        from .privacy import gaussian_dp
+        noisy = gaussian_dp(key, T.sub(w, theta), epsilon=hp.epsilon, delta=hp.delta, clip=hp.clip)
+        return T.add(theta, noisy)
+    return w
+
+
+def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y) -> ClientOut:
+    """One client's whole contribution to round ``t`` (unbatched; the round vmaps it)."""
+    alg = spec.algorithm
+    theta = theta_vars["params"]
+    stats0 = theta_vars.get("batch_stats")
+    if not alg.local_train:
+        loss, grad = full_loss_and_grad(spec.model, theta_vars, x, y, idx, n)
+        return ClientOut(grad, dual, loss, stats0)
+    lr_t = hp.lr * hp.lr_decay ** t
+    k_train, k_priv = jax.random.split(key)
+    loss = full_loss(spec.model, theta_vars, x, y, idx, n) if alg.needs_loss else jnp.zeros(())
+    penalty = alg.penalty(theta, dual, hp) if alg.penalty is not None else None
+    w_vars = local_sgd(spec.model, theta_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
+                       batch_size=spec.batch_size, penalty=penalty)
+    w = w_vars["params"]
+    delta, new_dual = alg.upload(theta, w, privatise(spec, k_priv, theta, w, hp), dual, hp, lr_t)
+    return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"))
+
+
+def sample_clients(spec: RoundSpec, key):
+    return jax.random.choice(key, spec.num_clients, (spec.clients_per_round,), replace=False)
+
+
+def round_keys(state: RunState, m: int):
+    k_sel, k_clients = jax.random.split(jax.random.fold_in(state.key, state.round))
+    return k_sel, jax.random.split(k_clients, m)
+
+
+def conflicts(spec: RoundSpec, deltas, d):
+    """Model-level (Δ_i·d < 0) and layer-level (Δ_{i,L}·d_L < 0) conflict counts."""
+    per_leaf = jax.tree_util.tree_map(lambda x, y: jnp.einsum("i...,...->i", x, y), deltas, d)
+    leaves = jax.tree_util.tree_leaves(per_leaf)
+    ids = jax.tree_util.tree_leaves(spec.layer_of)
+    by_layer = {}
+    for lid, v in zip(ids, leaves):
+        by_layer[lid] = by_layer.get(lid, 0.0) + v
+    model = jnp.sum(sum(leaves) < 0)
+    layer = sum(jnp.sum(v < 0) for v in by_layer.values())
+    return model.astype(jnp.float32), layer.astype(jnp.float32)
+
+
+def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, hp: HParams):
+    """Aggregate the clients' outputs into the next state; returns (state, metrics)."""
+    alg = spec.algorithm
+    t = state.round
+    theta = state.variables["params"]
+    weights = n_sel.astype(jnp.float32) / jnp.sum(n_sel)
+    s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
+                    hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate)
+    new_theta, sstate, info = alg.server(s_in)
+    variables = {"params": new_theta}
+    if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg (DESIGN §6)
+        variables["batch_stats"] = T.weighted_sum(outs.stats, weights)
+    duals = T.put(state.duals, sel, outs.dual) if alg.has_dual else state.duals
+    model_c, layer_c = conflicts(spec, outs.delta, T.sub(theta, new_theta))
+    metrics = {"model_conflicts": model_c, "layer_conflicts": layer_c,
+               "client_loss": jnp.mean(outs.loss) if alg.needs_loss else jnp.full((), jnp.nan), **info}
+    return RunState(variables, duals, sstate, t + 1, state.key), metrics
+
+
+def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
+    """One whole round, vmapped over the sampled clients (the compiled program's body)."""
+    m = spec.clients_per_round
+    k_sel, ckeys = round_keys(state, m)
+    sel = sample_clients(spec, k_sel)
+    duals = T.take(state.duals, sel) if spec.algorithm.has_dual else ()
+    idx, n = data.train_idx[sel], data.train_n[sel]
+    step = lambda d, i, c, k: client_step(spec, state.variables, d, i, c, k, hp, state.round,  # noqa: E731
+                                          data.x, data.y)
+    outs = jax.vmap(step)(duals, idx, n, ckeys)
+    return server_step(spec, state, sel, n, outs, hp)
+
+
+def run_rounds(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData, length: int):
+    """``length`` rounds as one ``lax.scan``; metrics are stacked along a leading round axis."""
+    return jax.lax.scan(lambda s, _: round_step(spec, s, hp, data), state, None, length=length)
+
+
+METRIC_KEYS = ("model_conflicts", "layer_conflicts", "client_loss") + SERVER_INFO

@@ -1,0 +1,450 @@
+"""Tests of fedalf_jax.privacy: exact output sets, probabilities, unbiasedness, variance, per-tensor
+statistics, independence of keys, the Gaussian mechanism, jit/vmap with traced hyper-parameters
+and configuration checks.
+
+Statistical checks use fixed seeds and explicit Z-sigma bounds (Z = 6), so a correct mechanism
+fails them with probability well under 1e-6 per assertion, while a wrong probability/scale
+(typically off by several percent or more) fails them outright.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedalf_jax import privacy as P
+
+Z = 6.0
+N_BIG = 200_000  # one shared tensor size, so the jitted mechanisms below compile once per tree shape
+
+# jitted once per tree structure/shape; epsilon is always passed as a traced float32 scalar
+AD = jax.jit(P.adaptive_ldp)
+LF = jax.jit(P.ldp_fl)
+JIT = {"adaptive": AD, "ldp_fl": LF}
+MANY = {name: jax.jit(jax.vmap(fn, in_axes=(0, None, None)))
+        for name, fn in (("adaptive", P.adaptive_ldp), ("ldp_fl", P.ldp_fl))}
+GD = jax.jit(P.gaussian_dp)
+
+
+def f32(x):
+    return jnp.float32(x)
+
+
+def np_stats(w):
+    """Reference centre, radius, offset in float64."""
+    w = np.asarray(w, np.float64)
+    c = (w.max() + w.min()) / 2
+    r = (w.max() - w.min()) / 2
+    return c, r, w - c
+
+
+def np_k(eps):
+    return (math.exp(eps) + 1) / (math.exp(eps) - 1)
+
+
+def ldp_fl_p_plus(w, c, r, eps):
+    """LDP-FL's probability of c + rk, written exactly as in Sun et al. / DESIGN §4."""
+    e = math.exp(eps)
+    return ((w - c) * (e - 1) + r * (e + 1)) / (2 * r * (e + 1))
+
+
+def bernoulli_kurtosis(p):
+    q = 1 - p
+    return (1 - 3 * p * q) / (p * q)
+
+
+def uniform_tensor(seed, shape, lo=-1.0, hi=1.0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------
+# exact output sets
+# ------------------------------------------------------------------------------------------
+
+
+def test_adaptive_takes_exactly_c_plus_minus_k_delta():
+    eps = 1.3
+    w = uniform_tensor(0, (N_BIG,), -0.7, 0.4)
+    out = np.asarray(AD(jax.random.PRNGKey(1), jnp.asarray(w), f32(eps)), np.float64)
+    c, r, d = np_stats(w)
+    k = np_k(eps)
+    hi, lo = c + k * d, c - k * d
+    tol = 1e-5 * (abs(c) + k * r)
+    is_hi = np.abs(out - hi) <= tol
+    is_lo = np.abs(out - lo) <= tol
+    assert np.all(is_hi | is_lo)
+    # non-vacuous: both branches occur, and the two candidates are distinguishable for most weights
+    assert is_hi.sum() > 0 and is_lo.sum() > 0
+    assert np.mean(np.abs(hi - lo) > 10 * tol) > 0.95
+    assert AD(jax.random.PRNGKey(1), jnp.asarray(w), f32(eps)).dtype == jnp.float32
+
+
+def test_ldp_fl_takes_exactly_c_plus_minus_rk():
+    eps = 0.8
+    w = uniform_tensor(2, (N_BIG,), -2.0, 5.0)
+    out = np.asarray(LF(jax.random.PRNGKey(3), jnp.asarray(w), f32(eps)), np.float64)
+    c, r, _ = np_stats(w)
+    k = np_k(eps)
+    tol = 1e-5 * (abs(c) + k * r)
+    is_hi = np.abs(out - (c + r * k)) <= tol
+    is_lo = np.abs(out - (c - r * k)) <= tol
+    assert np.all(is_hi | is_lo)
+    assert is_hi.sum() > 0 and is_lo.sum() > 0
+
+
+# ------------------------------------------------------------------------------------------
+# probabilities
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eps", [0.5, 2.0])
+def test_adaptive_keeps_sign_with_prob_e_eps_over_1_plus_e_eps(eps):
+    w = uniform_tensor(4, (N_BIG,))
+    out = np.asarray(AD(jax.random.PRNGKey(5), jnp.asarray(w), f32(eps)), np.float64)
+    c, _, d = np_stats(w)
+    nz = np.abs(d) > 1e-4
+    kept = np.sign(out[nz] - c) == np.sign(d[nz])
+    p = math.exp(eps) / (1 + math.exp(eps))
+    m = kept.size
+    assert abs(kept.mean() - p) <= Z * math.sqrt(p * (1 - p) / m), (kept.mean(), p)
+
+
+@pytest.mark.parametrize("eps", [1.0, 2.0])
+def test_ldp_fl_probability_formula_at_several_positions(eps):
+    c0, r0 = 0.3, 2.0
+    positions = np.array([-1.0, -0.8, -0.6, 0.0, 0.25, 0.5, 0.9, 1.0])  # δ/r, both extremes present
+    n = N_BIG // len(positions)
+    w = (c0 + r0 * np.repeat(positions, n)).astype(np.float32)
+    out = np.asarray(LF(jax.random.PRNGKey(6), jnp.asarray(w), f32(eps)), np.float64)
+    c, r, _ = np_stats(w)
+    plus = (out > c).reshape(len(positions), n)
+    for j, pos in enumerate(positions):
+        p = ldp_fl_p_plus(c + r * pos, c, r, eps)
+        freq = plus[j].mean()
+        assert abs(freq - p) <= Z * math.sqrt(p * (1 - p) / n), (pos, freq, p)
+
+
+# ------------------------------------------------------------------------------------------
+# unbiasedness and variance
+# ------------------------------------------------------------------------------------------
+
+DRAWS = 20_000
+
+
+def _many_draws(name, w, eps, seed, draws=DRAWS):
+    keys = jax.random.split(jax.random.PRNGKey(seed), draws)
+    return np.asarray(MANY[name](keys, jnp.asarray(w), f32(eps)), np.float64)
+
+
+def _test_weights():
+    return np.array([-1.5, -1.2, -0.3, 0.0, 0.2, 0.5, 0.9, 1.1, 1.5, 0.75], np.float32)
+
+
+@pytest.mark.parametrize("eps", [1.0, 2.0])
+def test_adaptive_unbiased_with_variance_delta2_k2_minus_1(eps):
+    w = _test_weights()
+    out = _many_draws("adaptive", w, eps, 7)
+    c, r, d = np_stats(w)
+    k = np_k(eps)
+    var = d**2 * (k**2 - 1)
+    mean_tol = Z * np.sqrt(var / DRAWS) + 1e-5 * (abs(c) + k * r)
+    assert np.all(np.abs(out.mean(0) - w.astype(np.float64)) <= mean_tol)
+    p = math.exp(eps) / (1 + math.exp(eps))
+    rel = Z * math.sqrt((bernoulli_kurtosis(p) - 1) / DRAWS) + Z**2 / DRAWS
+    nz = np.abs(d) > 1e-3
+    s2 = out.var(0, ddof=1)
+    assert np.all(np.abs(s2[nz] / var[nz] - 1) <= rel), (s2, var)
+
+
+@pytest.mark.parametrize("eps", [1.0, 2.0])
+def test_ldp_fl_unbiased_with_variance_r2k2_minus_delta2(eps):
+    w = _test_weights()
+    out = _many_draws("ldp_fl", w, eps, 8)
+    c, r, d = np_stats(w)
+    k = np_k(eps)
+    var = r**2 * k**2 - d**2
+    mean_tol = Z * np.sqrt(var / DRAWS) + 1e-5 * (abs(c) + k * r)
+    assert np.all(np.abs(out.mean(0) - w.astype(np.float64)) <= mean_tol)
+    p = ldp_fl_p_plus(w.astype(np.float64), c, r, eps)
+    # sd of the sample variance ≈ σ²·sqrt((kurtosis − 1)/n), plus the O(Z²/n) term from the
+    # estimated mean (which is all that is left for a symmetric two-point law, kurtosis 1)
+    rel = Z * np.sqrt((bernoulli_kurtosis(p) - 1) / DRAWS) + Z**2 / DRAWS
+    s2 = out.var(0, ddof=1)
+    assert np.all(np.abs(s2 / var - 1) <= rel)
+    # the adaptive mechanism's variance is never above LDP-FL's (equal at |δ| = r)
+    assert np.all(d**2 * (k**2 - 1) <= var + 1e-12)
+
+
+# ------------------------------------------------------------------------------------------
+# per-tensor centre and radius
+# ------------------------------------------------------------------------------------------
+
+
+def _check_two_values(out, w, eps, c=None, r=None):
+    w64 = np.asarray(w, np.float64)
+    if c is None:
+        c, r, _ = np_stats(w)
+    d = w64 - c
+    k = np_k(eps)
+    tol = 1e-5 * (abs(c) + k * r) + 1e-12
+    out = np.asarray(out, np.float64)
+    return np.all(np.minimum(np.abs(out - (c + k * d)), np.abs(out - (c - k * d))) <= tol)
+
+
+def test_each_leaf_uses_its_own_centre_and_radius():
+    eps = 1.0
+    a = uniform_tensor(9, (20, 10), -100.0, 300.0)
+    b = uniform_tensor(10, (7,), 1e-3, 2e-3)
+    params = {"a": jnp.asarray(a), "b": jnp.asarray(b)}
+    out = AD(jax.random.PRNGKey(11), params, f32(eps))
+    assert _check_two_values(out["a"], a, eps)
+    assert _check_two_values(out["b"], b, eps)
+    cb, rb, _ = np_stats(b)
+    assert np.all(np.abs(np.asarray(out["b"], np.float64) - cb) <= np_k(eps) * rb * (1 + 1e-5))
+    # LDP-FL: each leaf's outputs are its own c ± rk
+    out2 = LF(jax.random.PRNGKey(12), params, f32(eps))
+    for name, x in (("a", a), ("b", b)):
+        c, r, _ = np_stats(x)
+        vals = np.asarray(out2[name], np.float64)
+        tol = 1e-5 * (abs(c) + np_k(eps) * r)
+        assert np.all(np.minimum(np.abs(vals - (c + r * np_k(eps))),
+                                 np.abs(vals - (c - r * np_k(eps)))) <= tol), name
+
+
+def test_layer_of_groups_leaves_into_one_centre_and_radius():
+    eps = 1.0
+    a = uniform_tensor(13, (8, 4), -3.0, 1.0)
+    b = uniform_tensor(14, (4,), 0.5, 2.0)
+    params = {"a": jnp.asarray(a), "b": jnp.asarray(b)}
+    grouped = jax.jit(lambda k, p, e: P.adaptive_ldp(k, p, e, layer_of={"a": 0, "b": 0}))
+    out = grouped(jax.random.PRNGKey(15), params, f32(eps))
+    c, r, _ = np_stats(np.concatenate([a.ravel(), b]))
+    assert _check_two_values(out["a"], a, eps, c, r)
+    assert _check_two_values(out["b"], b, eps, c, r)
+    assert not _check_two_values(out["b"], b, eps)  # b's own (c, r) would differ
+
+
+# ------------------------------------------------------------------------------------------
+# independence of keys (across clients and across leaves)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["adaptive", "ldp_fl"])
+def test_clients_with_split_keys_are_independent(name):
+    eps, n_clients, d = 1.0, 64, 2000
+    w = uniform_tensor(16, (d,))
+    out = _many_draws(name, w, eps, 17, draws=n_clients)  # vmap over jax.random.split keys
+    c, r, dd = np_stats(w)
+    if name == "adaptive":
+        ind = (np.sign(out - c) == np.sign(dd)).astype(np.float64)
+        p = np.full(d, math.exp(eps) / (1 + math.exp(eps)))
+    else:
+        ind = (out > c).astype(np.float64)
+        p = ldp_fl_p_plus(w.astype(np.float64), c, r, eps)
+    assert len({row.tobytes() for row in out}) == n_clients  # all clients differ
+    resid = ind - p
+    norm = np.sqrt((resid**2).sum(1))
+    corr = (resid @ resid.T) / np.outer(norm, norm)
+    off = corr[~np.eye(n_clients, dtype=bool)]
+    assert np.max(np.abs(off)) <= Z / math.sqrt(d), np.max(np.abs(off))
+    # and the sign agreement between clients matches independence: p² + (1−p)² on average
+    agree = np.mean([(ind[i] == ind[j]).mean() for i in range(n_clients) for j in range(i)])
+    expect = np.mean(p**2 + (1 - p) ** 2)
+    assert abs(agree - expect) <= Z * 0.5 / math.sqrt(d), (agree, expect)
+
+
+def test_leaves_get_independent_keys():
+    eps, d = 1.0, 20_000
+    w = jnp.asarray(uniform_tensor(18, (d,)))
+    out = AD(jax.random.PRNGKey(19), {"a": w, "b": w}, f32(eps))
+    c, _, dd = np_stats(w)
+    p = math.exp(eps) / (1 + math.exp(eps))
+    ka = (np.sign(np.asarray(out["a"], np.float64) - c) == np.sign(dd)) - p
+    kb = (np.sign(np.asarray(out["b"], np.float64) - c) == np.sign(dd)) - p
+    corr = (ka @ kb) / math.sqrt((ka @ ka) * (kb @ kb))
+    assert abs(corr) <= Z / math.sqrt(d)
+
+
+def test_same_key_same_output_different_key_different():
+    w = jnp.asarray(uniform_tensor(20, (N_BIG,)))
+    for fn in (AD, LF):
+        a = fn(jax.random.PRNGKey(0), w, f32(1.0))
+        b = fn(jax.random.PRNGKey(0), w, f32(1.0))
+        cc = fn(jax.random.PRNGKey(1), w, f32(1.0))
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert not np.array_equal(np.asarray(a), np.asarray(cc))
+
+
+# ------------------------------------------------------------------------------------------
+# Gaussian mechanism
+# ------------------------------------------------------------------------------------------
+
+
+def test_clip_global_norm_is_exact_over_all_leaves():
+    u = {"x": jnp.array([6.0, 0.0]), "y": jnp.array([[0.0, 8.0]])}  # global norm 10
+    cl = P.clip_global_norm(u, 1.0)
+    flat = np.concatenate([np.asarray(cl["x"]).ravel(), np.asarray(cl["y"]).ravel()])
+    np.testing.assert_allclose(np.linalg.norm(flat), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(flat, [0.6, 0.0, 0.0, 0.8], rtol=1e-6)
+    small = {"x": jnp.array([0.3, 0.0]), "y": jnp.array([[0.0, 0.4]])}  # norm 0.5 < 1: unchanged
+    cs = P.clip_global_norm(small, 1.0)
+    np.testing.assert_allclose(np.asarray(cs["x"]), [0.3, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(cs["y"]), [[0.0, 0.4]], rtol=1e-6)
+    z = P.clip_global_norm({"x": jnp.zeros(3)}, 1.0)
+    assert np.all(np.asarray(z["x"]) == 0)
+
+
+def test_gaussian_dp_clips_before_noise():
+    u = {"x": jnp.array([6.0, 0.0]), "y": jnp.array([[0.0, 8.0]])}
+    out = GD(jax.random.PRNGKey(0), u, epsilon=f32(1e6), delta=f32(1e-5), clip=f32(1.0))  # σ ≈ 5e-6
+    flat = np.concatenate([np.asarray(out["x"]).ravel(), np.asarray(out["y"]).ravel()])
+    np.testing.assert_allclose(flat, [0.6, 0.0, 0.0, 0.8], atol=1e-4)
+
+
+def test_gaussian_sigma_against_hand_value():
+    # σ = C·sqrt(2 ln(1.25/δ))/ε; ln(1.25e5) = 11.736069016..., sqrt(23.472138) = 4.8448052...
+    assert float(P.gaussian_sigma(0.5, 1e-5, 2.0)) == pytest.approx(19.379221050421556, rel=1e-6)
+    assert float(P.gaussian_sigma(0.5, 1e-5, 2.0, neighbouring="replace")) == pytest.approx(
+        2 * 19.379221050421556, rel=1e-6)
+    jitted = jax.jit(P.gaussian_sigma)(jnp.float32(0.5), jnp.float32(1e-5), jnp.float32(2.0))
+    assert float(jitted) == pytest.approx(19.379221050421556, rel=1e-5)
+    with pytest.raises(ValueError, match="neighbouring"):
+        P.gaussian_sigma(0.5, 1e-5, 1.0, neighbouring="swap")
+
+
+def test_gaussian_noise_std_matches_sigma():
+    n1, n2 = 120_000, 80_000
+    u = {"a": jnp.zeros((n1,)), "b": jnp.zeros((400, n2 // 400))}
+    eps, delta, clip = 0.5, 1e-5, 0.1
+    out = GD(jax.random.PRNGKey(21), u, epsilon=f32(eps), delta=f32(delta), clip=f32(clip))
+    sigma = clip * math.sqrt(2 * math.log(1.25 / delta)) / eps
+    a = np.asarray(out["a"], np.float64)
+    b = np.asarray(out["b"], np.float64).ravel()
+    x = np.concatenate([a, b])
+    n = x.size
+    assert abs(x.mean()) <= Z * sigma / math.sqrt(n)
+    assert abs(x.std() / sigma - 1) <= Z / math.sqrt(2 * n)
+    m = min(a.size, b.size)
+    corr = np.corrcoef(a[:m], b[:m])[0, 1]
+    assert abs(corr) <= Z / math.sqrt(m)  # leaves get independent noise
+
+
+# ------------------------------------------------------------------------------------------
+# jit, traced epsilon, degenerate tensors
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [P.adaptive_ldp, P.ldp_fl])
+def test_jit_with_traced_epsilon_compiles_once(fn):
+    w = uniform_tensor(22, (1000,))
+    traces = []
+
+    def f(key, params, eps):
+        traces.append(1)
+        return fn(key, params, eps)
+
+    jf = jax.jit(f)
+    for eps in (0.5, 2.0):
+        out = np.asarray(jf(jax.random.PRNGKey(23), jnp.asarray(w), jnp.float32(eps)), np.float64)
+        c, r, d = np_stats(w)
+        k = np_k(eps)
+        tol = 1e-5 * (abs(c) + k * r)
+        if fn is P.adaptive_ldp:
+            ok = np.minimum(np.abs(out - (c + k * d)), np.abs(out - (c - k * d))) <= tol
+        else:
+            ok = np.minimum(np.abs(out - (c + k * r)), np.abs(out - (c - k * r))) <= tol
+        assert np.all(ok), eps
+    assert len(traces) == 1
+    # vmap over epsilon (a sweep axis)
+    eps_v = jnp.array([0.5, 2.0], jnp.float32)
+    outs = jax.jit(jax.vmap(lambda e: fn(jax.random.PRNGKey(24), jnp.asarray(w), e)))(eps_v)
+    c, r, _ = np_stats(w)
+    for j, eps in enumerate((0.5, 2.0)):
+        spread = np.abs(np.asarray(outs[j], np.float64) - c).max()
+        assert spread == pytest.approx(np_k(eps) * r, rel=1e-4)
+
+
+def test_constant_tensor_and_scalar_give_no_nan():
+    params = {"const": jnp.full((4, 5), 0.7, jnp.float32), "scalar": jnp.float32(3.0),
+              "ints": jnp.arange(3), "empty": jnp.zeros((0,), jnp.float32)}
+    for out in (LF(jax.random.PRNGKey(0), params, f32(2.0)), AD(jax.random.PRNGKey(0), params, f32(2.0))):
+        for name in params:
+            np.testing.assert_array_equal(np.asarray(out[name]), np.asarray(params[name]))
+    g = GD(jax.random.PRNGKey(0), {"z": jnp.zeros(5)}, epsilon=f32(0.5), delta=f32(1e-5), clip=f32(1.0))
+    assert np.all(np.isfinite(np.asarray(g["z"])))
+
+
+def test_mechanism_lookup():
+    assert P.mechanism("adaptive") is P.adaptive_ldp
+    assert P.mechanism("ldp_fl") is P.ldp_fl
+    p = {"w": jnp.arange(4.0)}
+    assert P.mechanism("none")(jax.random.PRNGKey(0), p, 2.0) is p
+    with pytest.raises(ValueError, match="laplace"):
+        P.mechanism("laplace")
+
+
+# ------------------------------------------------------------------------------------------
+# configuration checks
+# ------------------------------------------------------------------------------------------
+
+GOOD = dict(ldp="none", dp="none", epsilon=2.0, delta=1e-5, clip=1.0, algorithm="fedalf")
+
+
+@pytest.mark.parametrize(
+    "changes, needle",
+    [
+        (dict(ldp="laplace"), "ldp='laplace'"),
+        (dict(dp="laplace"), "dp='laplace'"),
+        (dict(algorithm="fedsgd", ldp="adaptive"), "algorithm='fedsgd'"),
+        (dict(ldp="adaptive", epsilon=0.0), "epsilon"),
+        (dict(ldp="adaptive", epsilon=-1.0), "epsilon"),
+        (dict(ldp="ldp_fl", epsilon=float("inf")), "epsilon"),
+        (dict(ldp="ldp_fl", epsilon=float("nan")), "epsilon"),
+        (dict(ldp="ldp_fl", epsilon=None), "epsilon"),
+        (dict(ldp="adaptive", epsilon=np.array([1.0, 0.0])), "epsilon"),
+        (dict(dp="gaussian", epsilon=0.0), "epsilon"),
+        (dict(dp="gaussian", epsilon=0.5, delta=0.0), "delta"),
+        (dict(dp="gaussian", epsilon=0.5, delta=1.0), "delta"),
+        (dict(dp="gaussian", epsilon=0.5, delta=1.5), "delta"),
+        (dict(dp="gaussian", epsilon=0.5, delta=None), "delta"),
+        (dict(dp="gaussian", epsilon=0.5, clip=0.0), "clip"),
+        (dict(dp="gaussian", epsilon=0.5, clip=-1.0), "clip"),
+        (dict(dp="gaussian", epsilon=0.5, clip=float("inf")), "clip"),
+        (dict(ldp="adaptive", dp="gaussian"), "both on"),
+        (dict(ldp="adaptive", algorithm="fedlf"), "client_grad"),
+        (dict(ldp="ldp_fl", algorithm="fedlf", client_grad="full"), "client_grad"),
+        (dict(dp="gaussian", epsilon=0.5, algorithm="fedlf"), "client_grad"),
+        (dict(algorithm="fedlf", client_grad="partial"), "client_grad='partial'"),
+    ],
+)
+def test_validate_privacy_refuses(changes, needle):
+    cfg = {**GOOD, **changes}
+    with pytest.raises(ValueError) as err:
+        P.validate_privacy(**cfg)
+    msg = str(err.value)
+    assert needle in msg
+    assert "\n" not in msg
+
+
+def test_validate_privacy_accepts_valid_configs():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for alg in ("fedavg", "fedprox", "qfedavg", "fedadmm", "fedalf"):
+            for ldp in ("none", "adaptive", "ldp_fl"):
+                P.validate_privacy(**{**GOOD, "algorithm": alg, "ldp": ldp})
+            P.validate_privacy(**{**GOOD, "algorithm": alg, "dp": "gaussian", "epsilon": 0.5})
+        P.validate_privacy(**{**GOOD, "algorithm": "fedlf", "ldp": "adaptive", "client_grad": "local"})
+        P.validate_privacy(**{**GOOD, "algorithm": "fedlf"})  # no mechanism: fine with client_grad=full
+        P.validate_privacy(ldp=None, dp=None, algorithm="fedlf")  # unused values may be omitted
+        P.validate_privacy(**{**GOOD, "ldp": "adaptive", "epsilon": np.array([0.5, 2.0, 8.0])})
+
+
+def test_validate_privacy_warns_gaussian_epsilon_at_least_one():
+    with pytest.warns(UserWarning, match="nominal"):
+        P.validate_privacy(**{**GOOD, "dp": "gaussian", "epsilon": 2.0})
