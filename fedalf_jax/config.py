@@ -31,7 +31,7 @@ _SERVER_DEFAULTS = {
     "fedprox": (1.0, 1.0),
     "qfedavg": (1.0, 1.0),  # unused: qFedAvg's step is set by its h_i
     "fedadmm": (1.0, 1.0),
-    "fedlf": (0.5, 0.999),
+    "fedlf": (0.05, 0.999),  # Δ_i is a gradient (client_grad=full) or (θ−w_i)/η_l: η_g is a step size
     "fedalf": (0.5, 0.999),
 }
 

@@ -1,0 +1,198 @@
+"""Tests of fedalf_jax.qp against an independent float64 reference (SLSQP + exact KKT polish)."""
+
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedalf_jax.qp import solve_simplex_qp, solve_simplex_qp_info
+
+METHODS = ["osqp", "pgd"]
+
+
+def ref_simplex_qp(Q):
+  """float64 argmin_{λ≥0, Σλ=1} ½λᵀQλ by Wolfe's minimum-norm-point algorithm (Q = Gram of points).
+
+  Exact active-set steps: affine minimisers on the support (KKT solves), line steps back into the
+  simplex when an affine minimiser leaves it, and the most violated point is added until the
+  Frank–Wolfe gap vanishes.
+  """
+  Q = np.asarray(Q, np.float64)
+  n = Q.shape[0]
+  s = np.mean(np.diag(Q))
+  Qs = Q / s if s > 0 else Q
+  lam = np.zeros(n)
+  lam[np.argmin(np.diag(Qs))] = 1.0
+  support = lam > 0
+  for _ in range(50 * n):
+    g = Qs @ lam
+    j = int(np.argmin(np.where(support, np.inf, g))) if not support.all() else -1
+    if j < 0 or g[j] >= lam @ g - 1e-14:
+      break
+    support[j] = True
+    while True:  # minor cycle
+      idx = np.flatnonzero(support)
+      k = len(idx)
+      kkt = np.zeros((k + 1, k + 1))
+      kkt[:k, :k] = Qs[np.ix_(idx, idx)]
+      kkt[:k, k] = -1.0
+      kkt[k, :k] = 1.0
+      alpha = np.linalg.lstsq(kkt, np.r_[np.zeros(k), 1.0], rcond=None)[0][:k]
+      if alpha.min() > 1e-15:
+        lam[:] = 0.0
+        lam[idx] = alpha
+        break
+      neg = alpha < 1e-15
+      cur = lam[idx]
+      theta = np.min(cur[neg] / (cur[neg] - alpha[neg]))
+      new = np.clip(cur + theta * (alpha - cur), 0.0, None)
+      lam[:] = 0.0
+      lam[idx] = new / new.sum()
+      support = lam > 1e-15
+  lam = np.clip(lam, 0.0, None)
+  lam /= lam.sum()
+  g = Qs @ lam
+  assert lam @ g - g.min() < 1e-10, lam @ g - g.min()
+  return lam
+
+
+def make_q(kind, n, rng):
+  if kind == "well":
+    v = rng.normal(size=(n, n + 5))
+    return v @ v.T
+  if kind == "ill":  # condition number 1e6
+    u, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    return (u * np.logspace(0, -6, n)) @ u.T
+  if kind.startswith("rank"):
+    v = rng.normal(size=(n, int(kind[4:])))
+    return v @ v.T
+  if kind == "vertex":  # row 0 is short and every other row has a large component along it
+    v = rng.normal(size=(n, n + 5))
+    v[0] *= 0.05
+    v[1:] += 3.0 * v[0]
+    return v @ v.T
+  if kind == "biased":  # raw Gram of a realistic scale (entries ~450), rows positively correlated
+    v = rng.normal(size=(n, 50)) + 2.0
+    return 450.0 * v @ v.T / np.mean(np.sum(v * v, 1))
+  raise ValueError(kind)
+
+
+def check(Q, lam, mask=None):
+  """Feasibility, and objective within 1e-4 (relative) of the float64 reference."""
+  Q = np.asarray(Q, np.float64)
+  lam = np.asarray(lam, np.float64)
+  assert np.all(np.isfinite(lam))
+  assert lam.min() >= -1e-6
+  assert abs(lam.sum() - 1.0) < 1e-5
+  if mask is not None:
+    assert np.all(lam[~mask] == 0)
+    Q = Q[np.ix_(mask, mask)]
+    lam = lam[mask]
+  ref = ref_simplex_qp(Q)
+  f, f_ref = 0.5 * lam @ Q @ lam, 0.5 * ref @ Q @ ref
+  scale = max(np.mean(np.diag(Q)), 0.0)
+  assert f <= f_ref + 1e-4 * abs(f_ref) + 1e-7 * scale, (f, f_ref)
+  return ref
+
+
+SIZES = [2, 3, 11, 40]
+KINDS = ["well", "ill", "rank1", "rank2", "rank3", "vertex", "biased"]
+PAD = 40
+
+
+def vertex_q(rng):
+  """Row 0 is the shortest and every row has a larger dot with it than its norm² → λ = e_0."""
+  v = rng.normal(size=(6, 20))
+  v[0] *= 0.05
+  v[1:] += 3.0 * v[0] / np.linalg.norm(v[0]) ** 2 * (np.abs(v[1:] @ v[0])[:, None] + 1.0)
+  q = v @ v.T
+  assert np.all(q[0] >= q[0, 0])
+  return q
+
+
+@pytest.fixture(scope="module")
+def problems():
+  """Problems of sizes 2..40 (+ special cases) zero-padded to 40 with masks, and a batch at 111."""
+  rng = np.random.default_rng(0)
+  small = [make_q(k, n, rng) for n in SIZES for k in KINDS]
+  small += [np.zeros((11, 11)), np.zeros((2, 2)), np.ones((1, 1)),
+            make_q("well", 5, rng) * 1e-30, vertex_q(rng)]
+  Qp = np.zeros((len(small) + 2, PAD, PAD))
+  mp = np.zeros((len(small) + 2, PAD), bool)
+  for i, q in enumerate(small):
+    n = q.shape[0]
+    Qp[i, :n, :n] = q
+    mp[i, :n] = True
+  # Masked rows inside (with NaN that must be ignored), and a problem with no valid coordinate.
+  q = make_q("well", PAD, rng)
+  keep = rng.random(PAD) < 0.7
+  Qp[-2] = np.where(keep[:, None] & keep[None, :], q, np.nan)
+  mp[-2] = keep
+  Qp[-1] = make_q("well", PAD, rng)
+  large = np.stack([make_q(k, 111, rng) for k in KINDS])
+  return Qp, mp, large
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_against_reference(problems, method):
+  Qp, mp, large = problems
+  lam, info = solve_simplex_qp_info(jnp.asarray(Qp, jnp.float32), jnp.asarray(mp), method=method)
+  lam = np.asarray(lam)
+  assert lam.shape == mp.shape and info["iters"].shape == mp.shape[:1]
+  assert np.all(np.asarray(info["residual"]) < 1e-4)
+  for q, l, k in zip(Qp[:-1], lam[:-1], mp[:-1]):
+    check(np.where(np.isnan(q), 0.0, q), l, k)
+  assert np.all(lam[-1] == 0)  # no valid coordinate
+  np.testing.assert_allclose(lam[-3, :6], np.eye(6)[0], atol=1e-5)  # vertex answer
+  np.testing.assert_allclose(lam[-6, :2], [0.5, 0.5], atol=1e-6)  # Q = 0 → uniform
+  lam, info = solve_simplex_qp_info(jnp.asarray(large, jnp.float32), method=method)
+  assert np.all(np.asarray(info["residual"]) < 1e-4)
+  for q, l in zip(large, np.asarray(lam)):
+    check(q, l)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_batching_jit_vmap(problems, method):
+  Qp, mp, _ = problems  # the same flat batch as test_against_reference (compile cache)
+  B = len(Qp)
+  assert B % 5 == 0
+  Qj, mj = jnp.asarray(Qp, jnp.float32), jnp.asarray(mp)
+  lam1 = np.asarray(solve_simplex_qp(Qj, mj, method=method))
+  # Two leading axes: the same answers.
+  lam2 = np.asarray(solve_simplex_qp(Qj.reshape(5, B // 5, PAD, PAD), mj.reshape(5, B // 5, PAD),
+                                     method=method))
+  assert lam2.shape == (5, B // 5, PAD)
+  np.testing.assert_allclose(lam2.reshape(B, PAD), lam1, atol=1e-6)
+  # Under jit + vmap (here each vmapped call sees a single [n, n] problem).
+  rng = np.random.default_rng(4)
+  n = 7
+  Qs = np.stack([make_q(k, n, rng) for k in ["well", "rank1", "rank2", "ill", "vertex"]])
+  with warnings.catch_warnings(record=True) as caught:  # no warning when tracing / calling
+    warnings.simplefilter("always")
+    lam_vmap = jax.jit(jax.vmap(lambda q: solve_simplex_qp(q, method=method)))(
+        jnp.asarray(Qs, jnp.float32))
+  assert not caught, [str(w.message) for w in caught]
+  for q, l in zip(Qs, np.asarray(lam_vmap)):
+    check(q, l)
+
+
+def test_no_warning_on_import():
+  # A fresh interpreter, so that the lazy (silenced) jaxopt import really happens.
+  code = (
+      "import warnings\n"
+      "with warnings.catch_warnings(record=True) as w:\n"
+      "  warnings.simplefilter('always')\n"
+      "  import fedalf_jax.qp as qp\n"
+      "  qp._box_osqp_cls()\n"
+      "print(len(w), [str(x.message) for x in w])\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.split()[0] == "0", out.stdout
+
+
+def test_bad_method():
+  with pytest.raises(ValueError):
+    solve_simplex_qp(jnp.eye(2), method="nope")
