@@ -22,7 +22,7 @@ _CHOICES = {
     "algorithm": C.ALGORITHMS, "dataset": C.DATASETS, "partition": C.PARTITIONS, "assign": C.ASSIGNS,
     "model": C.MODELS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
     "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "qp_method": C.QP_METHODS,
-    "data_source": ("auto", "dir", "tfds"), "synthetic_like": ("fmnist", "cifar10", "cifar100"),
+    "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
 }
 _HELP = {
     "config": "JSON file of options (flags given on the command line override it)",
@@ -34,6 +34,7 @@ _HELP = {
     "out": "run directory (config.json, clients.json, metrics.csv, checkpoint.npz)",
     "history": "FedLF history rows (default: on for fedlf, off for fedalf)",
     "conv_impl": "convolution implementation: auto (per backend), lax, im2col, ...",
+    "client_map": "how the compiled round maps over clients: vmap, map (lax.map), auto (per backend)",
 }
 
 

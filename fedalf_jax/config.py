@@ -24,6 +24,7 @@ LAYERS = ("module", "tensor")
 SERVER_TARGETS = ("augmented", "model")
 DUAL_FROM = ("local", "perturbed")
 QP_METHODS = ("osqp", "pgd")
+CLIENT_MAPS = ("auto", "vmap", "map")
 
 # Server learning rate and its per-round decay when the user gives none (DESIGN §3).
 _SERVER_DEFAULTS = {
@@ -55,6 +56,7 @@ class Config:
     alpha: float = 0.5
     model: str = "cnn"
     conv_impl: str = "auto"
+    client_map: str = "auto"
     # federated setting (DESIGN §2)
     rounds: int = 200
     clients: int = 100
@@ -155,6 +157,7 @@ class Config:
         _choice("server_target", self.server_target, SERVER_TARGETS)
         _choice("dual_from", self.dual_from, DUAL_FROM)
         _choice("qp_method", self.qp_method, QP_METHODS)
+        _choice("client_map", self.client_map, CLIENT_MAPS)
         for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "eval_every",
                      "synthetic_train", "synthetic_test"):
             _pos_int(name, getattr(self, name))

@@ -24,7 +24,7 @@ from . import metrics as M
 from .algorithms import HParams, make_algorithm
 from .client import evaluate_clients
 from .config import Config, ConfigError
-from .round import METRIC_KEYS, ClientData, RoundSpec, RunState, init_state, run_rounds
+from .round import METRIC_KEYS, ClientData, RoundSpec, RunState, default_client_map, init_state, run_rounds
 
 
 @dataclasses.dataclass
@@ -70,7 +70,8 @@ def build(cfg: Config) -> Experiment:
     layer_of = layer_ids(params_shape, cfg.layers)
     spec = RoundSpec(model=model, algorithm=make_algorithm(cfg, layer_of), num_clients=cfg.clients,
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs,
-                     batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, dp=cfg.dp)
+                     batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, dp=cfg.dp,
+                     client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
     return Experiment(cfg, spec, HParams.from_config(cfg), data, part, y, ds.source)
 
 

@@ -16,9 +16,9 @@ SMALL = dict(dataset="synthetic", model="mlp", clients=8, clients_per_round=3, s
              synthetic_test=160, batch_size=20, rounds=4, eval_every=2)
 
 
-@pytest.mark.parametrize("algorithm", ["fedadmm", "fedprox"])
-def test_vmapped_round_equals_sequential_client_loop(algorithm):
-    cfg = Config(algorithm=algorithm, **SMALL)
+@pytest.mark.parametrize("algorithm, client_map", [("fedadmm", "vmap"), ("fedprox", "map")])
+def test_compiled_round_equals_sequential_client_loop(algorithm, client_map):
+    cfg = Config(algorithm=algorithm, client_map=client_map, **SMALL)
     exp = build(cfg)
     state = init_state(exp.spec, cfg.seed)
     seq = make_sequential(exp.spec)

@@ -1,0 +1,321 @@
+"""Flax (linen) models of DESIGN.md §6: ``cnn``, ``cnn_bn`` and ``mlp``.
+
+Every model is wrapped in a frozen :class:`Model` record with a uniform ``init`` / ``apply``
+interface, so the federated round code never touches flax collections directly.
+
+Convolution implementations
+---------------------------
+The local-training round runs *vmap over clients x lax.scan over SGD steps*. On XLA:CPU the
+native convolution (``lax.conv_general_dilated``) is fast in straight-line code but its
+gradients become catastrophically slow inside that program: under ``vmap`` the per-client
+kernels turn the weight-dependent convolutions into grouped convolutions, and inside a ``while``
+loop the CPU backend falls back to a slow generic convolution loop for them (see
+``docs/benchmarks.md``). The convolution is therefore pluggable (:data:`CONV_IMPLS`); all
+implementations have the same parameters (``kernel`` [kh, kw, cin, cout], ``bias`` [cout]) and
+compute the same function, so parameters are interchangeable between them:
+
+``"lax"``      ``lax.conv_general_dilated`` (NHWC / HWIO), what ``flax.linen.Conv`` does.
+``"im2col"``   gather the kh*kw shifted windows by static slicing, concatenate them on the channel
+               axis ([B, oh, ow, kh*kw*cin]) and do one matmul with the reshaped kernel.
+``"patches"``  ``lax.conv_general_dilated_patches`` (an identity-kernel convolution) + matmul.
+
+:func:`default_conv_impl` picks one per backend from the measurements in ``docs/benchmarks.md``.
+
+Max-pooling 2x2 (stride 2) is done by reshape + max (exact: the window partition is the same as
+``flax.linen.max_pool(x, (2, 2), (2, 2))`` with VALID padding, odd trailing rows/columns are
+dropped the same way), because the gradient of ``reduce_window`` (``select_and_scatter``) is
+slow inside ``scan`` on CPU too. ``pool_impl="lax"`` keeps ``nn.max_pool`` for comparison.
+Gradients are identical where a window has a unique maximum; on ties ``jnp.max`` splits the
+cotangent equally among the tied entries while ``select_and_scatter`` gives it all to the first.
+In these models pooling follows a ReLU, so the only practical ties are all-zero windows, whose
+gradient the ReLU blocks either way.
+
+Model notes
+-----------
+* ``cnn`` uses VALID (PyTorch-default, unpadded) convolutions: 28x28 -> 24 -> pool 12 -> 8 ->
+  pool 4, so the dense layer sees 4*4*64 = 1024 features (32x32 CIFAR: 5*5*64 = 1600).
+* ``cnn_bn`` uses SAME 3x3 convolutions (32 -> 16 -> 8 -> 4 spatially), BatchNorm (momentum 0.9,
+  eps 1e-5, flax defaults otherwise) and dropout 0.25 after the conv stack and 0.5 after the
+  256-unit dense layer (the usual Keras CIFAR-CNN rates; both are module fields).
+* Module names are flax's automatic ones (``Conv_0``, ``BatchNorm_0``, ``Dense_0``, ...): the fair
+  aggregation groups parameters per module (kernel + bias of one module = one layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import numbers
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = [
+    "CONV_IMPLS",
+    "POOL_IMPLS",
+    "MODEL_NAMES",
+    "ModelError",
+    "Conv",
+    "max_pool_2x2",
+    "default_conv_impl",
+    "CNN",
+    "CNNBN",
+    "MLP",
+    "Model",
+    "make_model",
+]
+
+CONV_IMPLS = ("lax", "im2col", "patches")
+POOL_IMPLS = ("reshape", "lax")
+MODEL_NAMES = ("cnn", "cnn_bn", "mlp")
+
+
+class ModelError(ValueError):
+    """Bad model name, shape or option (one-line message)."""
+
+
+# Chosen by measurement (experiments/bench_conv.py, docs/benchmarks.md), FMNIST ``cnn`` round of
+# 10 clients x 12 SGD steps x B=50 on a 2-core CPU, jax 0.10.2:
+#   cpu -> "im2col": fastest inside vmap/lax.map + scan (docs/benchmarks.md: ~1.7-1.9 s per round
+#          with lax.map over clients, ~2.5-3.7 s with vmap); "lax" is 25-40x slower there because
+#          its weight gradient, inside a while loop, keeps a non-canonical convolution layout that
+#          XLA:CPU runs as a naive loop nest (41x slower than the same op outside a loop).
+#   gpu/tpu -> "lax": cuDNN / the TPU convolution emitters handle batched (grouped) convolutions
+#          natively; no GPU measurement was made, so the native convolution is kept there.
+_DEFAULT_CONV_IMPL = {"cpu": "im2col"}
+
+
+def default_conv_impl(backend: str | None = None) -> str:
+    """The convolution implementation to use on ``backend`` (default: ``jax.default_backend()``)."""
+    if backend is None:
+        backend = jax.default_backend()
+    return _DEFAULT_CONV_IMPL.get(str(backend).lower(), "lax")
+
+
+def _pad_same(x: jax.Array, kh: int, kw: int) -> jax.Array:
+    """Zero-pad H and W as ``padding="SAME"`` does for stride 1 (low = (k-1)//2)."""
+    ph, pw = kh - 1, kw - 1
+    return jnp.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
+
+
+def _windows(x: jax.Array, kh: int, kw: int):
+    """The kh*kw shifted [B, oh, ow, cin] views of a (padded) NHWC input, in (i, j) order."""
+    oh, ow = x.shape[1] - kh + 1, x.shape[2] - kw + 1
+    for i in range(kh):
+        for j in range(kw):
+            yield i, j, x[:, i : i + oh, j : j + ow, :]
+
+
+def _im2col(x: jax.Array, kh: int, kw: int) -> jax.Array:
+    """[B, oh, ow, kh*kw*cin] patches of a (padded) NHWC input, features in (i, j, c) order."""
+    return jnp.concatenate([w for _, _, w in _windows(x, kh, kw)], axis=-1)
+
+
+def conv2d(x: jax.Array, kernel: jax.Array, padding: str = "VALID", impl: str = "lax") -> jax.Array:
+    """Stride-1 2-D convolution (cross-correlation), NHWC input, HWIO kernel, no bias."""
+    kh, kw, cin, cout = kernel.shape
+    padding = padding.upper()
+    if padding not in ("VALID", "SAME"):
+        raise ModelError(f"padding must be 'VALID' or 'SAME', got {padding!r}")
+    if impl == "lax":
+        return lax.conv_general_dilated(
+            x, kernel, window_strides=(1, 1), padding=padding,
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )
+    if padding == "SAME":
+        x = _pad_same(x, kh, kw)
+    if impl == "im2col":
+        return _im2col(x, kh, kw) @ kernel.reshape(kh * kw * cin, cout)
+    if impl == "patches":
+        cols = lax.conv_general_dilated_patches(
+            x, (kh, kw), (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )  # features in (c, i, j) order
+        return cols @ kernel.transpose(2, 0, 1, 3).reshape(cin * kh * kw, cout)
+    raise ModelError(f"unknown conv impl {impl!r}; expected one of {CONV_IMPLS}")
+
+
+class Conv(nn.Module):
+    """Stride-1 convolution with the parameters of ``flax.linen.Conv`` (kernel HWIO, bias)."""
+
+    features: int
+    kernel_size: Sequence[int]
+    padding: str = "VALID"
+    impl: str = "lax"
+    kernel_init: Callable[..., Any] = nn.initializers.lecun_normal()
+    bias_init: Callable[..., Any] = nn.initializers.zeros_init()
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kh, kw = self.kernel_size
+        kernel = self.param("kernel", self.kernel_init, (kh, kw, x.shape[-1], self.features))
+        bias = self.param("bias", self.bias_init, (self.features,))
+        return conv2d(x, kernel, self.padding, self.impl) + bias
+
+
+def max_pool_2x2(x: jax.Array, impl: str = "reshape") -> jax.Array:
+    """2x2 max-pool, stride 2, VALID (odd trailing rows/cols dropped), NHWC."""
+    if impl == "lax":
+        return nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID")
+    if impl != "reshape":
+        raise ModelError(f"unknown pool impl {impl!r}; expected one of {POOL_IMPLS}")
+    b, h, w, c = x.shape
+    h2, w2 = h // 2, w // 2
+    x = x[:, : 2 * h2, : 2 * w2, :].reshape(b, h2, 2, w2, 2, c)
+    return jnp.max(x, axis=(2, 4))
+
+
+class CNN(nn.Module):
+    """conv5x5x32-ReLU-pool-conv5x5x64-ReLU-pool-dense512-ReLU-dense (VALID convs, as PyTorch)."""
+
+    num_classes: int
+    conv_impl: str = "lax"
+    pool_impl: str = "reshape"
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        x = max_pool_2x2(nn.relu(Conv(32, (5, 5), "VALID", self.conv_impl)(x)), self.pool_impl)
+        x = max_pool_2x2(nn.relu(Conv(64, (5, 5), "VALID", self.conv_impl)(x)), self.pool_impl)
+        x = x.reshape(x.shape[0], -1)
+        x = nn.relu(nn.Dense(512)(x))
+        return nn.Dense(self.num_classes)(x)
+
+
+class CNNBN(nn.Module):
+    """3 x [conv3x3 SAME - BatchNorm - ReLU - pool] - dropout - dense256 - ReLU - dropout - dense."""
+
+    num_classes: int
+    conv_impl: str = "lax"
+    pool_impl: str = "reshape"
+    features: Sequence[int] = (32, 64, 128)
+    conv_dropout: float = 0.25
+    dense_dropout: float = 0.5
+    bn_momentum: float = 0.9
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        for f in self.features:
+            x = Conv(f, (3, 3), "SAME", self.conv_impl)(x)
+            x = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum)(x)
+            x = max_pool_2x2(nn.relu(x), self.pool_impl)
+        x = x.reshape(x.shape[0], -1)
+        x = nn.Dropout(self.conv_dropout, deterministic=not train)(x)
+        x = nn.relu(nn.Dense(256)(x))
+        x = nn.Dropout(self.dense_dropout, deterministic=not train)(x)
+        return nn.Dense(self.num_classes)(x)
+
+
+class MLP(nn.Module):
+    """flatten - 200 - ReLU - 200 - ReLU - classes (FedLF's Fashion-MNIST model)."""
+
+    num_classes: int
+    hidden: Sequence[int] = (200, 200)
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        x = x.reshape(x.shape[0], -1)
+        for h in self.hidden:
+            x = nn.relu(nn.Dense(h)(x))
+        return nn.Dense(self.num_classes)(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """A flax module plus the shapes it was built for, with a uniform init/apply."""
+
+    name: str
+    module: nn.Module
+    input_shape: tuple
+    num_classes: int
+    has_batch_stats: bool
+
+    def init(self, key: jax.Array) -> dict:
+        """Variables: ``{'params': ...}`` (+ ``'batch_stats'`` for models with BatchNorm).
+
+        Compiled and cached per (module, input shape): eager flax init would dispatch hundreds of
+        small ops. Also usable under jit / vmap (e.g. over seeds).
+        """
+        return _jitted_init(self.module, self.input_shape)(key)
+
+    def apply(self, variables: dict, x: jax.Array, *, train: bool = False, rng=None):
+        """Return ``(logits, new_state)``.
+
+        ``new_state`` is ``{}`` for models without batch statistics, otherwise
+        ``{'batch_stats': ...}`` -- the updated running statistics when ``train`` (batch
+        statistics are used for normalisation), the given ones unchanged when not (running
+        statistics are used). Merge with ``{**variables, **new_state}``. ``rng`` feeds dropout
+        when ``train`` (required then for ``cnn_bn``).
+        """
+        rngs = {}
+        if train and rng is not None:
+            rngs["dropout"] = rng
+        if not self.has_batch_stats:
+            return self.module.apply(variables, x, train=train, rngs=rngs), {}
+        if not train:
+            logits = self.module.apply(variables, x, train=False)
+            return logits, {"batch_stats": variables["batch_stats"]}
+        if rng is None:
+            raise ModelError(f"model {self.name!r} needs rng= for dropout when train=True")
+        logits, mutated = self.module.apply(
+            variables, x, train=True, rngs=rngs, mutable=["batch_stats"]
+        )
+        return logits, {"batch_stats": mutated["batch_stats"]}
+
+
+@functools.lru_cache(maxsize=64)
+def _jitted_init(module: nn.Module, input_shape: tuple):
+    def init(key):
+        x = jnp.zeros((1, *input_shape), jnp.float32)
+        return dict(module.init({"params": key}, x, train=False))
+
+    return jax.jit(init)
+
+
+def _cnn_out(n: int) -> int:
+    return ((n - 4) // 2 - 4) // 2
+
+
+def make_model(
+    name: str,
+    *,
+    num_classes: int,
+    input_shape: Sequence[int],
+    conv_impl: str = "auto",
+    pool_impl: str = "reshape",
+) -> Model:
+    """Build model ``name`` for NHWC inputs of per-example shape ``input_shape`` (H, W, C)."""
+    if name not in MODEL_NAMES:
+        raise ModelError(f"unknown model {name!r}; expected one of {MODEL_NAMES}")
+    try:
+        input_shape = tuple(int(d) for d in input_shape)
+    except (TypeError, ValueError):
+        raise ModelError(f"input_shape must be (H, W, C) integers, got {input_shape!r}") from None
+    if len(input_shape) != 3 or min(input_shape) < 1:
+        raise ModelError(f"input_shape must be (H, W, C) with positive sizes, got {input_shape}")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) \
+            or num_classes < 1:
+        raise ModelError(f"num_classes must be a positive int, got {num_classes!r}")
+    num_classes = int(num_classes)
+    if conv_impl == "auto":
+        conv_impl = default_conv_impl()
+    if conv_impl not in CONV_IMPLS:
+        raise ModelError(f"unknown conv_impl {conv_impl!r}; expected 'auto' or one of {CONV_IMPLS}")
+    if pool_impl not in POOL_IMPLS:
+        raise ModelError(f"unknown pool_impl {pool_impl!r}; expected one of {POOL_IMPLS}")
+    h, w, _ = input_shape
+    if name == "cnn":
+        if min(_cnn_out(h), _cnn_out(w)) < 1:
+            raise ModelError(
+                f"model 'cnn' needs H, W >= 16 (two 5x5 VALID convs + 2 pools), got {input_shape}")
+        module, bs = CNN(num_classes, conv_impl, pool_impl), False
+    elif name == "cnn_bn":
+        if min(h, w) < 8:
+            raise ModelError(f"model 'cnn_bn' needs H, W >= 8 (three 2x2 pools), got {input_shape}")
+        module, bs = CNNBN(num_classes, conv_impl, pool_impl), True
+    else:
+        module, bs = MLP(num_classes), False
+    return Model(name, module, input_shape, num_classes, bs)
