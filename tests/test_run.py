@@ -78,3 +78,55 @@ def test_synthetic_run_learns():
     rows = run(Config(algorithm="fedavg", partition="iid", **{**SMALL, "rounds": 12, "eval_every": 12}),
                progress=False)
     assert rows[-1]["mean_acc"] > 0.5 > rows[0]["mean_acc"]
+
+
+def _round_params(cfg, rounds=1):
+    exp = build(cfg)
+    state = init_state(exp.spec, cfg.seed)
+    state, m = jax.jit(lambda s, h, d: run_rounds(exp.spec, s, h, d, rounds))(state, exp.hp, exp.data)
+    return state, jax.device_get(m)
+
+
+def test_fair_algorithms_run_compiled_without_conflicts():
+    for alg, extra in (("fedalf", {}), ("fedlf", {"history": True})):
+        state, m = _round_params(Config(algorithm=alg, **{**SMALL, **extra}), rounds=3)
+        leaves = jax.tree_util.tree_leaves(state.variables)
+        assert all(np.isfinite(np.asarray(x)).all() for x in leaves), alg
+        # the fair direction is a convex combination in the dual: no client's Δ opposes it
+        assert np.all(m["model_conflicts"] == 0), (alg, m["model_conflicts"])
+        assert np.all(m["qp_blocks"] >= 1)
+        assert np.all(np.isfinite(m["client_loss"]))
+    last = np.asarray(state.sstate[1])  # fedlf's history: the sampled clients' slots were filled
+    assert 3 <= np.sum(last >= 0) <= 8 and last.max() == 2
+
+
+def test_privacy_in_the_round():
+    base = Config(algorithm="fedalf", **SMALL)
+    plain, _ = _round_params(base)
+    # ε → ∞: the adaptive mechanism keeps every sign and k → 1, so LDP-FedALF equals FedALF
+    loose, _ = _round_params(base.replace(ldp="adaptive", epsilon=60.0))
+    tight, _ = _round_params(base.replace(ldp="adaptive", epsilon=2.0))
+    a = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(plain.variables)])
+    b = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(loose.variables)])
+    c = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(tight.variables)])
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert np.abs(a - c).max() > 1e-3
+    # dual_from: the local dual ignores the noise, the perturbed one includes it
+    dl, _ = _round_params(base.replace(ldp="adaptive", dual_from="local"))
+    dp, _ = _round_params(base.replace(ldp="adaptive", dual_from="perturbed"))
+    nl = np.abs(np.asarray(jax.tree_util.tree_leaves(dl.duals)[0])).sum()
+    npb = np.abs(np.asarray(jax.tree_util.tree_leaves(dp.duals)[0])).sum()
+    assert npb > 1.2 * nl > 0  # the LDP noise (variance δ²(k²−1)) is in the perturbed dual only
+    # Gaussian DP with a huge budget and clip adds (almost) nothing
+    g, _ = _round_params(base.replace(dp="gaussian", epsilon=1e8, clip=100.0, delta=0.5))  # σ ≈ 1.4e-6
+    d = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g.variables)])
+    np.testing.assert_allclose(a, d, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"),
+                    reason="Debian's dataset-fashion-mnist is not installed")
+def test_real_fashion_mnist_small_run():
+    cfg = Config(algorithm="fedavg", dataset="fmnist", model="mlp", partition="iid", clients=20,
+                 clients_per_round=5, rounds=2, eval_every=2, lr=0.1)
+    rows = run(cfg, progress=False)
+    assert rows[0]["mean_acc"] < 0.3 and rows[-1]["mean_acc"] > 0.6
