@@ -15,15 +15,7 @@ import jax.numpy as jnp
 from .config import Config
 from .round import client_step, round_keys, run_rounds, sample_clients, server_step, init_state
 from .client import steps_per_epoch
-
-
-def _timed(fn, repeats):
-    out, times = None, []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return out, times
+from .models import default_conv_impl
 
 
 def sequential_round(spec, client_j, server_j, sel_j, state, hp, data):
@@ -56,41 +48,61 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True) -> dict:
     t0 = time.perf_counter()
     compiled = jax.jit(lambda s, h, d: run_rounds(spec, s, h, d, 1)).lower(state, hp, data).compile()
     compile_s = time.perf_counter() - t0
-    box = {"s": state}
-
-    def one_compiled():
-        box["s"], _ = compiled(box["s"], hp, data)
-        return box["s"]
-
-    _, times = _timed(one_compiled, repeats)
+    box = {"compiled": state, "sequential": state}
+    seq = make_sequential(spec) if sequential else None
+    variants = {"compiled": lambda s: compiled(s, hp, data)[0]}
+    if seq is not None:
+        variants["sequential"] = lambda s: seq(s, hp, data)[0]
+        box["sequential"] = jax.block_until_ready(variants["sequential"](state))  # compile it
+    times = {k: [] for k in variants}
+    for _ in range(repeats):  # interleaved, so that both see the same machine load
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            box[name] = jax.block_until_ready(fn(box[name]))
+            times[name].append(time.perf_counter() - t0)
     steps = cfg.local_epochs * steps_per_epoch(int(data.train_idx.shape[1]), cfg.batch_size)
     client_steps = cfg.clients_per_round * steps
     res = {
         "backend": jax.default_backend(),
         "device": str(jax.devices()[0]),
         "algorithm": cfg.algorithm, "model": cfg.model, "dataset": cfg.dataset,
+        "client_map": spec.client_map,
+        "conv_impl": default_conv_impl() if cfg.conv_impl == "auto" else cfg.conv_impl,
         "clients_per_round": cfg.clients_per_round, "steps_per_client": steps,
         "compile_s": round(compile_s, 3),
-        "compiled_s_per_round": statistics.median(times),
-        "compiled_times": times,
+        "compiled_s_per_round": statistics.median(times["compiled"]),
+        "compiled_times": times["compiled"],
     }
     res["rounds_per_s"] = 1.0 / res["compiled_s_per_round"]
     res["client_steps_per_s"] = client_steps / res["compiled_s_per_round"]
-    if sequential:
-        seq = make_sequential(spec)
-        box2 = {"s": state}
-
-        def one_seq():
-            box2["s"], _ = seq(box2["s"], hp, data)
-            return box2["s"]
-
-        one_seq()  # compile
-        _, stimes = _timed(one_seq, repeats)
-        res["sequential_s_per_round"] = statistics.median(stimes)
-        res["sequential_times"] = stimes
+    if seq is not None:
+        res["sequential_s_per_round"] = statistics.median(times["sequential"])
+        res["sequential_times"] = times["sequential"]
         res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
+    res["server_s"] = server_seconds(spec, state, hp, data, repeats)
+    res["server_share"] = res["server_s"] / res["compiled_s_per_round"]
     res["peak_memory_mb"] = _peak_memory_mb()
     return res
+
+
+def server_seconds(spec, state, hp, data, repeats: int) -> float:
+    """Median time of the server step alone (Grams, QPs, update) on one round's client outputs."""
+    m = spec.clients_per_round
+    k_sel, ckeys = round_keys(state, m)
+    sel = sample_clients(spec, k_sel)
+    duals = jax.tree_util.tree_map(lambda a: a[sel], state.duals) if spec.algorithm.has_dual else ()
+    outs = jax.jit(jax.vmap(lambda d, i, c, k: client_step(spec, state.variables, d, i, c, k, hp, state.round,
+                                                            data.x, data.y)))(
+        duals, data.train_idx[sel], data.train_n[sel], ckeys)
+    server_j = jax.jit(lambda *a: server_step(spec, *a))
+    args = (state, sel, data.train_n[sel], outs, hp)
+    jax.block_until_ready(server_j(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(server_j(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def _peak_memory_mb() -> float:
