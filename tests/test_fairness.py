@@ -288,3 +288,31 @@ def test_zero_layer_and_equal_losses_no_nan():
   d, info = fair_direction(zeros, jnp.asarray(losses, jnp.float32), layer_of=layer_of)
   assert all(np.all(np.asarray(x) == 0) for x in leaves_of(d))
   assert int(info["num_blocks"]) == 1
+
+
+def test_near_collinear_history_rows():
+  # Miniature of the fedlf run that went NaN at round 49 (mlp, pat1, 100 history slots): late in
+  # training the client Δ are nearly low-rank and the history rows are near-copies of them, so
+  # the per-block QP is near-singular. Before the fix its solver blew up (NaN at worst) or stalled
+  # (directions off by ~5e-3 here, residual 4e-7).
+  shapes = {"Dense_0": {"kernel": (8, 6), "bias": (6,)}, "Dense_1": {"kernel": (6, 4), "bias": (4,)}}
+  template = {mod: {k: np.zeros(s, np.float32) for k, s in sub.items()} for mod, sub in shapes.items()}
+  m, H, rank, noise = 10, 20, 3, 1e-2
+  for seed in (0, 2):
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, m, H)  # whose earlier Δ each history slot holds
+    coef = rng.normal(size=(m, rank)) + np.r_[2.0, np.zeros(rank - 1)]
+    deltas, history = {}, {}
+    for mod, sub in shapes.items():
+      deltas[mod], history[mod] = {}, {}
+      for name, s in sub.items():
+        size = int(np.prod(s))
+        d = coef @ rng.normal(size=(rank, size)) + noise * rng.normal(size=(m, size))
+        h = d[pick] * (1 + 0.1 * rng.random((H, 1))) + 0.1 * noise * rng.normal(size=(H, size))
+        deltas[mod][name] = d.reshape((m,) + s).astype(np.float32)
+        history[mod][name] = h.reshape((H,) + s).astype(np.float32)
+    hmask = rng.random(H) < 0.7
+    losses = rng.uniform(0.5, 3.0, size=m)
+    d, info, _, ref = compare(deltas, losses, module_layers(template), history, hmask)
+    assert ref["num_blocks"] == 2
+    assert float(info["qp_residual"]) < 1e-7

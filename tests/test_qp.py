@@ -196,3 +196,72 @@ def test_no_warning_on_import():
 def test_bad_method():
   with pytest.raises(ValueError):
     solve_simplex_qp(jnp.eye(2), method="nope")
+
+
+def collinear_history_gram(rng, m=10, H=20, dim=64, rank=3, noise=1e-2, shift=1.0):
+  """Unit-row Gram like the fedlf server QP late in training (the NaN of round 49).
+
+  ``m`` client rows near a rank-``rank`` subspace, the fair row (a combination of them, so the Gram
+  is singular), then ``H`` history rows that are near-copies of client rows (a client's stored Δ
+  of an earlier round): a near-singular ``Q`` whose minimum-norm point is small.
+  """
+  u = rng.normal(size=(rank, dim))
+  rows = (rng.normal(size=(m, rank)) + np.r_[shift, np.zeros(rank - 1)]) @ u
+  rows += noise * rng.normal(size=(m, dim))
+  hist = rows[rng.integers(0, m, H)] * (1 + 0.1 * rng.random((H, 1)))
+  hist += 0.1 * noise * rng.normal(size=(H, dim))
+  v = np.concatenate([rows, hist])
+  v /= np.linalg.norm(v, axis=1, keepdims=True)
+  f = rng.normal(size=m) @ v[:m]
+  v = np.concatenate([v[:m], f[None] / np.linalg.norm(f), v[m:]])
+  return v @ v.T
+
+
+def test_near_collinear_history_gram():
+  # Before the fix: BoxOSQP (sigma = rho_min = 1e-6) blew up on these (λ ~ 1e19 or NaN) and the
+  # PGD polish stalled: residuals 5e-6, ‖d − d*‖² ~ 2e-6 (‖d*‖² ~ 1e-5: directions off by 30-300%).
+  rng = np.random.default_rng(5)
+  n, H = 31, 20
+  Q = np.stack([collinear_history_gram(rng) for _ in range(4)])
+  mask = np.ones((4, n), bool)
+  mask[:, n - H:] = rng.random((4, H)) < 0.7  # history rows of clients online too long ago
+  lam, info = solve_simplex_qp_info(jnp.asarray(Q, jnp.float32), jnp.asarray(mask))
+  lam = np.asarray(lam, np.float64)
+  assert np.all(np.asarray(info["residual"]) < 1e-7), info["residual"]
+  for q, l, k in zip(Q, lam, mask):
+    ref = check(q, l, k)
+    qk, e = q[np.ix_(k, k)], l[k] - ref
+    # The direction d = λᵀV itself: ‖d − d*‖² ≤ gap (≤ 1e-7 in units of the mean row norm²).
+    assert e @ qk @ e < 1e-7, e @ qk @ e
+
+
+def test_blown_up_admm_output_is_discarded(monkeypatch):
+  # The NaN of the fedlf run: the float32 ADMM returned a finite but huge λ (~1e10..1e14); the
+  # masked projection then returned 0/0 (its sentinel vmax − 2 rounds to vmax) and the PGD polish
+  # stopped at once on the NaN start. Replay such ADMM outputs: the answer must still be right.
+  from fedalf_jax import qp
+
+  rng = np.random.default_rng(6)
+  n = 49
+  Q = np.stack([make_q("well", n, rng) for _ in range(3)])
+  mask = np.zeros((3, n), bool)
+  mask[:, :4] = True  # 45 masked coordinates, as many as in the failing history mask
+  garbage = np.zeros((3, n), np.float32)
+  garbage[0, :4] = 1e10 * np.array([1.0, 0.75, -0.5, 0.6])
+  garbage[1, :4] = 1e14 * np.array([-0.2, 1.0, 0.9, -1.0])
+  garbage[2, :4] = np.nan
+
+  def fake_osqp(Qs, ms, maxiter, tol):
+    return jnp.asarray(garbage), jnp.full((Qs.shape[0],), maxiter, jnp.int32)
+
+  qp._flat_solver.cache_clear()
+  monkeypatch.setattr(qp, "_solve_osqp_batch", fake_osqp)
+  try:
+    lam, info = solve_simplex_qp_info(jnp.asarray(Q, jnp.float32), jnp.asarray(mask))
+  finally:
+    qp._flat_solver.cache_clear()
+  lam = np.asarray(lam)
+  assert np.all(np.isfinite(lam)) and np.all(np.isfinite(np.asarray(info["residual"])))
+  assert np.all(np.asarray(info["residual"]) < 1e-6)
+  for q, l, k in zip(Q, lam, mask):
+    check(q, l, k)
