@@ -111,6 +111,26 @@ def _k_factor(eps):
 # ---------------------------------------------------------------------------------------------
 
 
+def _per_tensor(key, params: PyTree, epsilon, layer_of, draw) -> PyTree:
+    """Apply ``draw(key, w, c, r, ε, k)`` to every perturbable leaf, each with its own key and with
+    the centre ``c`` and radius ``r`` of its tensor (or of its ``layer_of`` group)."""
+    leaves, treedef, ids = _layer_ids(params, layer_of)
+    if not leaves:
+        return params
+    keys = _leaf_keys(key, len(leaves))
+    cr = _centre_radius(leaves, ids)
+    out = []
+    for i, leaf in enumerate(leaves):
+        if cr[i] is None:
+            out.append(leaf)
+            continue
+        c, r = cr[i]
+        w = jnp.asarray(leaf).astype(c.dtype)
+        eps = jnp.asarray(epsilon).astype(c.dtype)
+        out.append(draw(keys[i], w, c, r, eps, _k_factor(eps)).astype(jnp.result_type(leaf)))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
 def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> PyTree:
     """Adaptive LDP of the source paper (LDP-FedALF), applied per tensor.
 
@@ -130,26 +150,12 @@ def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None
     ``epsilon`` may be a traced scalar.  ``layer_of``: optional pytree of static ints grouping
     leaves that share one ``c, r`` (default: each leaf alone).
     """
-    leaves, treedef, ids = _layer_ids(params, layer_of)
-    if not leaves:
-        return params
-    keys = _leaf_keys(key, len(leaves))
-    cr = _centre_radius(leaves, ids)
-    out = []
-    for i, leaf in enumerate(leaves):
-        if cr[i] is None:
-            out.append(leaf)
-            continue
-        c, _ = cr[i]
-        dt = c.dtype
-        w = jnp.asarray(leaf).astype(dt)
-        eps = jnp.asarray(epsilon).astype(dt)
-        k = _k_factor(eps)
-        p_keep = jax.nn.sigmoid(eps)  # e^ε / (e^ε + 1)
-        keep = jax.random.bernoulli(keys[i], p_keep, w.shape)
+    def draw(key, w, c, r, eps, k):
+        keep = jax.random.bernoulli(key, jax.nn.sigmoid(eps), w.shape)  # P = e^ε / (e^ε + 1)
         kd = k * (w - c)
-        out.append((c + jnp.where(keep, kd, -kd)).astype(jnp.result_type(leaf)))
-    return jax.tree_util.tree_unflatten(treedef, out)
+        return c + jnp.where(keep, kd, -kd)
+
+    return _per_tensor(key, params, epsilon, layer_of, draw)
 
 
 def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> PyTree:
@@ -168,29 +174,15 @@ def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> P
 
     A constant tensor (``r = 0``) is returned unchanged (no NaN).  ``epsilon`` may be traced.
     """
-    leaves, treedef, ids = _layer_ids(params, layer_of)
-    if not leaves:
-        return params
-    keys = _leaf_keys(key, len(leaves))
-    cr = _centre_radius(leaves, ids)
-    out = []
-    for i, leaf in enumerate(leaves):
-        if cr[i] is None:
-            out.append(leaf)
-            continue
-        c, r = cr[i]
-        dt = c.dtype
-        w = jnp.asarray(leaf).astype(dt)
-        eps = jnp.asarray(epsilon).astype(dt)
-        k = _k_factor(eps)
+    def draw(key, w, c, r, eps, k):
         positive = r > 0
         r_safe = jnp.where(positive, r, jnp.ones_like(r))
         p_plus = jnp.clip(0.5 + (w - c) / (2 * r_safe * k), 0.0, 1.0)
-        plus = jax.random.bernoulli(keys[i], p_plus, w.shape)
+        plus = jax.random.bernoulli(key, p_plus, w.shape)
         rk = r * k
-        pert = c + jnp.where(plus, rk, -rk)
-        out.append(jnp.where(positive, pert, w).astype(jnp.result_type(leaf)))
-    return jax.tree_util.tree_unflatten(treedef, out)
+        return jnp.where(positive, c + jnp.where(plus, rk, -rk), w)
+
+    return _per_tensor(key, params, epsilon, layer_of, draw)
 
 
 def _no_ldp(key, params: PyTree, epsilon=None, *, layer_of: PyTree | None = None) -> PyTree:

@@ -8,47 +8,15 @@ import numpy as np
 import pytest
 
 from fedalf_jax.fairness import fair_direction, fair_weights, module_layers, tensor_layers
+from reference import min_norm_simplex_qp
 
 # ------------------------------------------------------------------------------------------------
 # float64 reference, written from the spec (flat vectors per layer, explicit rows)
 
 
 def ref_simplex_qp(V):
-  """Minimum-norm point of conv(rows of V) by Wolfe's algorithm; returns λ (float64)."""
-  n = V.shape[0]
-  Q = V @ V.T
-  s = np.mean(np.diag(Q))
-  Q = Q / s
-  lam = np.zeros(n)
-  lam[np.argmin(np.diag(Q))] = 1.0
-  support = lam > 0
-  for _ in range(50 * n):
-    g = Q @ lam
-    j = int(np.argmin(np.where(support, np.inf, g))) if not support.all() else -1
-    if j < 0 or g[j] >= lam @ g - 1e-14:
-      break
-    support[j] = True
-    while True:
-      idx = np.flatnonzero(support)
-      k = len(idx)
-      kkt = np.zeros((k + 1, k + 1))
-      kkt[:k, :k] = Q[np.ix_(idx, idx)]
-      kkt[:k, k] = -1.0
-      kkt[k, :k] = 1.0
-      alpha = np.linalg.lstsq(kkt, np.r_[np.zeros(k), 1.0], rcond=None)[0][:k]
-      if alpha.min() > 1e-15:
-        lam[:] = 0.0
-        lam[idx] = alpha
-        break
-      neg = alpha < 1e-15
-      cur = lam[idx]
-      theta = np.min(cur[neg] / (cur[neg] - alpha[neg]))
-      new = np.clip(cur + theta * (alpha - cur), 0.0, None)
-      lam[:] = 0.0
-      lam[idx] = new / new.sum()
-      support = lam > 1e-15
-  lam = np.clip(lam, 0.0, None)
-  return lam / lam.sum()
+  """Minimum-norm point of conv(rows of V) (float64); returns λ."""
+  return min_norm_simplex_qp(V @ V.T)
 
 
 def ref_fair_direction(leaves, losses, layer_ids, hist=None, hmask=None, merge_tol=1e-6):
