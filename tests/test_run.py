@@ -4,6 +4,7 @@ import csv
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -130,3 +131,20 @@ def test_real_fashion_mnist_small_run():
                  clients_per_round=5, rounds=2, eval_every=2, lr=0.1)
     rows = run(cfg, progress=False)
     assert rows[0]["mean_acc"] < 0.3 and rows[-1]["mean_acc"] > 0.6
+
+
+def test_run_vmaps_over_hyperparameters_and_seeds():
+    """Numeric hyper-parameters are traced and the state is a pytree: one program runs a sweep."""
+    cfg = Config(algorithm="fedprox", **SMALL)
+    exp = build(cfg)
+    lrs = jnp.array([0.02, 0.2])
+    hps = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (2,)),
+                                 exp.hp._replace(lr=lrs, mu=jnp.array([0.0, 0.1])))
+    states = jax.vmap(lambda s: init_state(exp.spec, 0)._replace(key=jax.random.PRNGKey(s)))(jnp.arange(2))
+    swept, _ = jax.jit(jax.vmap(lambda s, h: run_rounds(exp.spec, s, h, exp.data, 2)))(states, hps)
+    for i in range(2):
+        one = init_state(exp.spec, 0)._replace(key=jax.random.PRNGKey(i))
+        ref, _ = jax.jit(lambda s, h: run_rounds(exp.spec, s, h, exp.data, 2))(
+            one, exp.hp._replace(lr=lrs[i], mu=jnp.array([0.0, 0.1])[i]))
+        for a, b in zip(jax.tree_util.tree_leaves(ref.variables), jax.tree_util.tree_leaves(swept.variables)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b)[i], rtol=1e-4, atol=1e-5)
