@@ -132,20 +132,21 @@ def qfedavg_server(s: ServerIn):
 
 def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: str):
     """FedLF / FedALF: θ ← θ − η_g d with d the layer-wise fair direction (DESIGN §3.2)."""
-    from .fairness import fair_direction
+    from .fairness import fair_direction, update_history_gram
 
     def server(s: ServerIn):
         kw = dict(layer_of=layer_of, merge_tol=merge_tol, qp_method=qp_method)
         if history:
-            hist, last = s.sstate
+            hist, last, gram = s.sstate
             n = last.shape[0]
             m = s.sel.shape[0]
             online = jnp.zeros((n,), bool).at[s.sel].set(True)
             seen = jnp.sum((last >= 0) | online)
             tau = seen // m
             mask = (seen > m) & ~online & (last >= 0) & (last >= s.t - tau)
-            d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, **kw)
-            sstate = (T.put(hist, s.sel, s.deltas), last.at[s.sel].set(s.t))
+            d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, history_gram=gram, **kw)
+            sstate = (T.put(hist, s.sel, s.deltas), last.at[s.sel].set(s.t),
+                      update_history_gram(gram, s.sel, info))
         else:
             d, info = fair_direction(s.deltas, s.losses, **kw)
             sstate = s.sstate
@@ -155,9 +156,12 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
                                                                      for k, v in out.items()}
 
     def init_state(params, num_clients):
+        """History rows of all N clients, the round each was last online, and their per-layer Gram."""
         if not history:
             return ()
-        return (T.zeros_stacked(params, num_clients), jnp.full((num_clients,), -1, jnp.int32))
+        k = max(jax.tree_util.tree_leaves(layer_of)) + 1
+        return (T.zeros_stacked(params, num_clients), jnp.full((num_clients,), -1, jnp.int32),
+                jnp.zeros((k, num_clients, num_clients), jnp.float32))
 
     return server, init_state
 

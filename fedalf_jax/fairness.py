@@ -30,7 +30,7 @@ import numpy as np
 
 from fedalf_jax.qp import solve_simplex_qp_info
 
-__all__ = ["fair_direction", "fair_weights", "module_layers", "tensor_layers"]
+__all__ = ["fair_direction", "fair_weights", "module_layers", "tensor_layers", "update_history_gram"]
 
 _HI = jax.lax.Precision.HIGHEST
 _FALLBACK_TOL = 1e-6  # step 6: max_i(−Δ_i·d) above this after rescaling → unscaled direction
@@ -81,19 +81,45 @@ def fair_weights(losses):
 # Helpers
 
 
-def _leaf_grams(deltas_leaves, hist_leaves):
-  """Per-leaf raw Grams ``[r, r]`` over the raw rows (clients, then history)."""
-  grams = []
-  for i, a in enumerate(deltas_leaves):
-    cc = jnp.einsum("i...,j...->ij", a, a, precision=_HI)
-    if hist_leaves is None:
-      grams.append(cc)
-      continue
-    h = hist_leaves[i]
-    ch = jnp.einsum("i...,j...->ij", a, h, precision=_HI)
-    hh = jnp.einsum("i...,j...->ij", h, h, precision=_HI)
-    grams.append(jnp.block([[cc, ch], [ch.T, hh]]))
-  return grams
+def _layer_grams(deltas_leaves, hist_leaves, ids, K, history_gram):
+  """Per-layer raw Grams over the raw rows (clients, then history), summed over each layer's leaves.
+
+  Returns ``(R [K, r, r], cc [K, m, m], ch [K, m, H] or None)``. With ``history_gram`` ``[K, H, H]``
+  (the history rows' own Gram, kept across rounds) the ``H²·D`` history block is not recomputed.
+  """
+  m = deltas_leaves[0].shape[0]
+  dtype = deltas_leaves[0].dtype
+  H = 0 if hist_leaves is None else hist_leaves[0].shape[0]
+  cc = [jnp.zeros((m, m), dtype) for _ in range(K)]
+  ch = [jnp.zeros((m, H), dtype) for _ in range(K)]
+  hh = [jnp.zeros((H, H), dtype) for _ in range(K)]
+  for i, (a, k) in enumerate(zip(deltas_leaves, ids)):
+    cc[k] = cc[k] + jnp.einsum("i...,j...->ij", a, a, precision=_HI)
+    if H:
+      h = hist_leaves[i]
+      ch[k] = ch[k] + jnp.einsum("i...,j...->ij", a, h, precision=_HI)
+      if history_gram is None:
+        hh[k] = hh[k] + jnp.einsum("i...,j...->ij", h, h, precision=_HI)
+  cc = jnp.stack(cc)
+  if not H:
+    return cc, cc, None
+  ch = jnp.stack(ch)
+  hh = jnp.stack(hh) if history_gram is None else history_gram.astype(dtype)
+  R = jnp.concatenate([jnp.concatenate([cc, ch], axis=2),
+                       jnp.concatenate([jnp.swapaxes(ch, 1, 2), hh], axis=2)], axis=1)
+  return R, cc, ch
+
+
+def update_history_gram(history_gram, sel, info):
+  """The history rows' Gram after the rows ``sel`` are replaced by this round's ``Δ`` (no ``D``-sized work).
+
+  Uses the Grams that :func:`fair_direction` already formed (``info['client_gram']`` = Δ·Δᵀ and
+  ``info['cross_gram']`` = Δ·hᵀ against the old history rows), so a caller that keeps the history
+  Gram in its state pays ``m·H·D`` per round instead of ``H²·D``.
+  """
+  cross = info["cross_gram"].at[:, :, sel].set(info["client_gram"])  # [K, m, H]: Δ_sel · h_new
+  g = history_gram.at[:, sel, :].set(cross)
+  return g.at[:, :, sel].set(jnp.swapaxes(cross, 1, 2))
 
 
 def _block_qps(R, bid, c, hmask, m, merge_tol, qp_method):
@@ -155,7 +181,7 @@ def _merge_once(bid, nonempty, zero):
 # Main entry point
 
 
-def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=None,
+def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=None, history_gram=None,
                    merge_tol=1e-6, qp_method="osqp", num_layers=None):
   """Fair direction ``d`` of DESIGN §3.2 steps 1–6 (gradient sign, already rescaled).
 
@@ -166,6 +192,8 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
       default: each leaf its own layer (see :func:`tensor_layers`, :func:`module_layers`).
     history: optional pytree like ``deltas`` with leading axis ``H`` (history rows).
     history_mask: ``[H]`` bool, True = row included (default all True). Rows must be finite.
+    history_gram: optional ``[K, H, H]`` per-layer Gram of the history rows among themselves (all
+      ``H`` rows, unmasked), kept across rounds with :func:`update_history_gram`; saves ``H²·D``.
     merge_tol: step 4 threshold (static).
     qp_method: ``"osqp"`` or ``"pgd"`` (static), see :mod:`fedalf_jax.qp`.
     num_layers: static number of layers ``K`` (default ``max(layer_of) + 1``).
@@ -175,7 +203,8 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
     (#i with Δ_i·d < 0), ``layer_conflicts`` (#(i, layer) with Δ_{i,L}·d_L < 0), ``qp_iters`` and
     ``qp_residual`` (max over final blocks), ``num_blocks``, ``fallback`` (step 6 triggered),
     ``block_of_layer`` ``[K]`` and ``lambdas`` ``[K, m + 1 + H]`` (per layer, its block's λ over
-    rows: clients, fair row, history).
+    rows: clients, fair row, history), ``client_gram`` ``[K, m, m]`` and, with history,
+    ``cross_gram`` ``[K, m, H]`` (the raw per-layer Grams, for :func:`update_history_gram`).
   """
   leaves, treedef = jax.tree_util.tree_flatten(deltas)
   if layer_of is None:
@@ -196,14 +225,16 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
     hist_leaves = [jnp.asarray(x, dtype) for x in treedef.flatten_up_to(history)]
     if history_mask is not None:
       history_mask = jnp.asarray(history_mask, bool)
-  d_leaves, info = _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, ids=ids,
+  elif history_gram is not None:
+    raise ValueError("history_gram was given without history rows")
+  d_leaves, info = _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gram, ids=ids,
                                           num_layers=K, merge_tol=float(merge_tol),
                                           qp_method=qp_method)
   return jax.tree_util.tree_unflatten(treedef, d_leaves), info
 
 
 @functools.partial(jax.jit, static_argnames=("ids", "num_layers", "merge_tol", "qp_method"))
-def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, *, ids, num_layers,
+def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gram, *, ids, num_layers,
                            merge_tol, qp_method):
   """:func:`fair_direction` on flat leaf lists (jitted, so eager calls hit the compile cache)."""
   K = num_layers
@@ -220,11 +251,7 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, *, ids, nu
   r = m + H
 
   # Per-layer raw Grams [K, r, r] (masked history rows zeroed: they affect nothing).
-  grams = _leaf_grams(leaves, hist_leaves)
-  R = [jnp.zeros((r, r), dtype) for _ in range(K)]
-  for gl, k in zip(grams, ids):
-    R[k] = R[k] + gl
-  R = jnp.stack(R)
+  R, cc, ch = _layer_grams(leaves, hist_leaves, ids, K, history_gram)
   if H:
     ok = jnp.concatenate([jnp.ones((m,), bool), hmask])
     R = jnp.where(ok[None, :, None] & ok[None, None, :], R, 0.0)
@@ -281,5 +308,8 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, *, ids, nu
       "fallback": fallback,
       "block_of_layer": bid,
       "lambdas": lam[bid],
+      "client_gram": cc,
   }
+  if H:
+    info["cross_gram"] = ch
   return d_leaves, info

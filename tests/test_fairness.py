@@ -284,3 +284,33 @@ def test_near_collinear_history_rows():
     d, info, _, ref = compare(deltas, losses, module_layers(template), history, hmask)
     assert ref["num_blocks"] == 2
     assert float(info["qp_residual"]) < 1e-7
+
+
+def test_cached_history_gram_gives_the_same_direction():
+  from fedalf_jax.fairness import update_history_gram
+  rng = np.random.default_rng(5)
+  m, H = 3, 6
+  deltas = {"a": {"kernel": rng.normal(size=(m, 4, 3)), "bias": rng.normal(size=(m, 3))},
+            "b": {"kernel": rng.normal(size=(m, 3, 2)), "bias": rng.normal(size=(m, 2))}}
+  deltas = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), deltas)
+  hist = jax.tree_util.tree_map(lambda x: jnp.asarray(rng.normal(size=(H,) + x.shape[1:]), jnp.float32), deltas)
+  mask = jnp.array([True, False, True, True, False, True])
+  losses = jnp.array([0.5, 1.0, 2.0])
+  lo = module_layers(jax.tree_util.tree_map(lambda x: x[0], deltas))
+  ids = jax.tree_util.tree_leaves(lo)
+
+  def gram_of(h):
+    g = np.zeros((2, H, H))
+    for leaf, k in zip(jax.tree_util.tree_leaves(h), ids):
+      x = np.asarray(leaf, np.float64).reshape(H, -1)
+      g[k] += x @ x.T
+    return jnp.asarray(g, jnp.float32)
+
+  d0, info = fair_direction(deltas, losses, layer_of=lo, history=hist, history_mask=mask)
+  d1, _ = fair_direction(deltas, losses, layer_of=lo, history=hist, history_mask=mask, history_gram=gram_of(hist))
+  for a, b in zip(jax.tree_util.tree_leaves(d0), jax.tree_util.tree_leaves(d1)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+  sel = jnp.array([1, 4, 0])
+  new_hist = jax.tree_util.tree_map(lambda h, d: h.at[sel].set(d), hist, deltas)
+  np.testing.assert_allclose(np.asarray(update_history_gram(gram_of(hist), sel, info)),
+                             np.asarray(gram_of(new_hist)), rtol=1e-4, atol=1e-5)

@@ -10,6 +10,7 @@ import pytest
 
 from fedalf_jax.bench import make_sequential
 from fedalf_jax.config import Config
+from fedalf_jax.fairness import module_layers
 from fedalf_jax.round import init_state, run_rounds
 from fedalf_jax.run import build, run
 
@@ -97,8 +98,16 @@ def test_fair_algorithms_run_compiled_without_conflicts():
         assert np.all(m["model_conflicts"] == 0), (alg, m["model_conflicts"])
         assert np.all(m["qp_blocks"] >= 1)
         assert np.all(np.isfinite(m["client_loss"]))
-    last = np.asarray(state.sstate[1])  # fedlf's history: the sampled clients' slots were filled
+    hist, last, gram = state.sstate  # fedlf's history: the sampled clients' slots were filled
+    last = np.asarray(last)
     assert 3 <= np.sum(last >= 0) <= 8 and last.max() == 2
+    # the history Gram kept across rounds equals the one recomputed from the stored rows
+    ids = jax.tree_util.tree_leaves(module_layers(state.variables["params"]))
+    ref = np.zeros(gram.shape)
+    for leaf, k in zip(jax.tree_util.tree_leaves(hist), ids):
+        x = np.asarray(leaf, np.float64).reshape(leaf.shape[0], -1)
+        ref[k] += x @ x.T
+    np.testing.assert_allclose(np.asarray(gram), ref, rtol=1e-4, atol=1e-6 * np.abs(ref).max())
 
 
 def test_privacy_in_the_round():
