@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import typing
+import warnings
 from pathlib import Path
 
 from . import config as C
@@ -129,8 +130,13 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"fedalf: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _one_line_warning
     from .data import DataError
     from .models import ModelError
     from .partitions import PartitionError

@@ -77,7 +77,7 @@ class Config:
     merge_tol: float = 1e-6
     qp_method: str = "osqp"
     server_target: str = "augmented"
-    dual_from: str = "perturbed"
+    dual_from: str = "local"  # the paper's; "perturbed" diverged at ε=2 (docs/privacy.md)
     # privacy (DESIGN §4)
     ldp: str = "none"
     dp: str = "none"

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -50,6 +51,11 @@ def build(cfg: Config) -> Experiment:
     from .partitions import make_partition, pad_indices
 
     cfg.check_privacy()  # warns (once) where a guarantee is only nominal
+    private = cfg.ldp != "none" or cfg.dp != "none"
+    if private and cfg.algorithm in ("fedadmm", "fedalf") and cfg.dual_from == "local":
+        warnings.warn("dual_from=local (the paper's protocol): the ADMM dual is updated from the un-noised "
+                      "model and the upload reveals it, so the privacy guarantee does not cover this run; "
+                      "--dual-from perturbed keeps it (docs/privacy.md)", UserWarning, stacklevel=2)
     ds = load_dataset(cfg.dataset, data_dir=cfg.data_dir, source=cfg.data_source,
                       synthetic_like=cfg.synthetic_like, synthetic_train=cfg.synthetic_train,
                       synthetic_test=cfg.synthetic_test, seed=cfg.seed)

@@ -71,3 +71,9 @@ def test_console_script_bad_input_no_traceback():
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_ldp_with_local_dual_warns_in_one_line(capsys, tmp_path):
+    assert main(["run", *TINY, "--algorithm", "fedalf", "--ldp", "adaptive", "--rounds", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "fedalf: warning: dual_from=local" in err and "Traceback" not in err
