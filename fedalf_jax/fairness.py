@@ -248,7 +248,6 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gr
     hmask = jnp.ones((H,), bool) if history_mask is None else history_mask.reshape((H,))
   else:
     hmask = jnp.ones((0,), bool)
-  r = m + H
 
   # Per-layer raw Grams [K, r, r] (masked history rows zeroed: they affect nothing).
   R, cc, ch = _layer_grams(leaves, hist_leaves, ids, K, history_gram)

@@ -142,7 +142,7 @@ def _csv_row(rnd: int, ev: dict, sec: float, rm: dict) -> list:
     return head + [rm.get(k, float("nan")) for k in METRIC_KEYS] + [float(a) for a in ev["acc"]]
 
 
-def run(cfg: Config, *, progress: bool = True, resume: bool = False, log=print) -> list[dict]:
+def run(cfg: Config, *, progress: bool = True, resume: bool = False) -> list[dict]:
     """Run ``cfg`` (writing a run directory when ``cfg.out`` is set); returns one dict per evaluation."""
     out = Path(cfg.out) if cfg.out else None
     exp = build(cfg)

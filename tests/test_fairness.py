@@ -1,7 +1,5 @@
 """Tests of fedalf_jax.fairness against an independent float64 NumPy implementation of DESIGN §3.2."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
