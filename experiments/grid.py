@@ -59,7 +59,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
                    help="extra config values for every run, e.g. ldp='\"adaptive\"' eval_every=20")
-    p.add_argument("--tag", default="", help="suffix of the algorithm part of each run name")
+    p.add_argument("--tag", default="", help="suffix of the algorithm part of each run name, without '_'; "
+                                              "one starting with '-' must be written --tag=-x")
     p.add_argument("--table-only", action="store_true")
     a = p.parse_args()
     root = Path(a.out)
