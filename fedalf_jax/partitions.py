@@ -219,15 +219,21 @@ def _as_labels(y, what: str) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
+def _holders_of(assigned, num_classes):
+    """Invert a client → class-positions assignment: the clients holding each class, in client order."""
+    holders_of = [[] for _ in range(num_classes)]
+    for client, pos in enumerate(assigned):
+        for j in pos:
+            holders_of[j].append(client)
+    return holders_of
+
+
 def _pat_fedlf(labels, num_clients, k, frac, rng, scheme):
     classes = np.unique(labels)
     C = len(classes)
     holders = _balanced_holders(C, num_clients * k)
     assigned = _assign_classes(num_clients, k, holders, None)
-    holders_of = [[] for _ in range(C)]
-    for client, pos in enumerate(assigned):
-        for j in pos:
-            holders_of[j].append(client)
+    holders_of = _holders_of(assigned, C)
     train = [[] for _ in range(num_clients)]
     test = [[] for _ in range(num_clients)]
     for j, c in enumerate(classes):
@@ -264,10 +270,7 @@ def _pat_shards(y_train, y_test, num_clients, k, rng, scheme):
                 "clients or assign='fedlf'."
             )
     assigned = _assign_classes(num_clients, k, holders, rng)
-    holders_of = [[] for _ in range(C)]
-    for client, pos in enumerate(assigned):
-        for j in pos:
-            holders_of[j].append(client)
+    holders_of = _holders_of(assigned, C)
     train = [[] for _ in range(num_clients)]
     test = [[] for _ in range(num_clients)]
     for j, c in enumerate(classes):
