@@ -44,10 +44,9 @@ __all__ = [
     "validate_privacy",
 ]
 
-LDP_NAMES = ("none", "adaptive", "ldp_fl")
-DP_NAMES = ("none", "gaussian")
-ALGORITHMS = ("fedavg", "fedprox", "qfedavg", "fedadmm", "fedlf", "fedalf")
-CLIENT_GRADS = ("full", "local")
+from .config import ALGORITHMS, CLIENT_GRADS  # noqa: E402  (one list of names for the whole package)
+from .config import DPS as DP_NAMES  # noqa: E402
+from .config import LDPS as LDP_NAMES  # noqa: E402
 # Algorithms whose client uploads a model after local training (fedlf only with client_grad="local").
 LDP_ALGORITHMS = ("fedavg", "fedprox", "qfedavg", "fedadmm", "fedalf")
 NEIGHBOURING = ("add_remove", "replace")
