@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from .config import Config
-from .round import client_step, round_keys, run_rounds, sample_clients, server_step, init_state
+from .round import client_phase, client_step, init_state, round_keys, run_rounds, sample_clients, server_step
 from .client import steps_per_epoch
 from .models import default_conv_impl
 
@@ -87,15 +87,9 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True) -> dict:
 
 def server_seconds(spec, state, hp, data, repeats: int) -> float:
     """Median time of the server step alone (Grams, QPs, update) on one round's client outputs."""
-    m = spec.clients_per_round
-    k_sel, ckeys = round_keys(state, m)
-    sel = sample_clients(spec, k_sel)
-    duals = jax.tree_util.tree_map(lambda a: a[sel], state.duals) if spec.algorithm.has_dual else ()
-    outs = jax.jit(jax.vmap(lambda d, i, c, k: client_step(spec, state.variables, d, i, c, k, hp, state.round,
-                                                            data.x, data.y)))(
-        duals, data.train_idx[sel], data.train_n[sel], ckeys)
+    sel, n, outs = jax.jit(lambda s: client_phase(spec, s, hp, data))(state)
     server_j = jax.jit(lambda *a: server_step(spec, *a))
-    args = (state, sel, data.train_n[sel], outs, hp)
+    args = (state, sel, n, outs, hp)
     jax.block_until_ready(server_j(*args))
     times = []
     for _ in range(repeats):

@@ -150,8 +150,8 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
     return RunState(variables, duals, sstate, t + 1, state.key), metrics
 
 
-def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
-    """One whole round, vmapped over the sampled clients (the compiled program's body)."""
+def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
+    """Sample this round's clients and run all of them (vmap or lax.map); returns (sel, n_sel, outs)."""
     m = spec.clients_per_round
     k_sel, ckeys = round_keys(state, m)
     sel = sample_clients(spec, k_sel)
@@ -163,6 +163,12 @@ def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
         outs = jax.lax.map(lambda a: step(*a), (duals, idx, n, ckeys))
     else:
         outs = jax.vmap(step)(duals, idx, n, ckeys)
+    return sel, n, outs
+
+
+def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
+    """One whole round, mapped over the sampled clients (the compiled program's body)."""
+    sel, n, outs = client_phase(spec, state, hp, data)
     return server_step(spec, state, sel, n, outs, hp)
 
 
