@@ -32,7 +32,7 @@ import optax
 from jax import lax
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from fedalf_jax.models import make_model  # noqa: E402
+from fedalf_jax.problem.models import make_model  # noqa: E402
 
 C, S, B, LR = 10, 12, 50, 0.05
 

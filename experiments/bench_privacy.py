@@ -10,9 +10,9 @@ import time
 
 import jax
 
-from fedalf_jax.config import Config
-from fedalf_jax.round import init_state, run_rounds
-from fedalf_jax.run import build
+from fedalf_jax.experiment.config import Config
+from fedalf_jax.sim.round import init_state, run_rounds
+from fedalf_jax.experiment.build import build
 
 VARIANTS = {"none": {}, "adaptive": {"ldp": "adaptive"}, "ldp_fl": {"ldp": "ldp_fl"},
             "gaussian": {"dp": "gaussian", "epsilon": 0.5}}

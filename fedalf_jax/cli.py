@@ -1,4 +1,4 @@
-"""The ``fedalf`` command line (DESIGN §9): ``fedalf run`` and ``fedalf bench``.
+"""The ``fedalf`` command line: ``fedalf run``, ``fedalf sweep``, ``fedalf report`` and ``fedalf bench``.
 
 Every user error (bad flag, bad value, missing data or config file) ends in one line on stderr and
 a non-zero exit, never a traceback. Set ``FEDALF_DEBUG=1`` to see the traceback anyway.
@@ -15,14 +15,14 @@ import typing
 import warnings
 from pathlib import Path
 
-from . import config as C
-from .config import Config, ConfigError
+from .experiment import config as C
+from .experiment.config import CONTINUOUS, Config, ConfigError
 
 # flag -> choices, for the string options
 _CHOICES = {
     "algorithm": C.ALGORITHMS, "dataset": C.DATASETS, "partition": C.PARTITIONS, "assign": C.ASSIGNS,
     "model": C.MODELS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
-    "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "qp_method": C.QP_METHODS,
+    "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "qp_method": C.QP_METHODS, "log": C.LOGS,
     "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
 }
 _HELP = {
@@ -34,6 +34,9 @@ _HELP = {
     "clip": "Gaussian DP clipping norm", "eval_every": "rounds per compiled chunk between evaluations",
     "out": "run directory (config.json, clients.json, metrics.csv, checkpoint.npz)",
     "history": "FedLF history rows (default: on for fedlf, off for fedalf)",
+    "train_loss_every": "rounds between evaluations of the train loss over all training samples (and at the end)",
+    "checkpoint_every": "checkpoint every N rounds (e.g. 50) or every N seconds/minutes (300s, 5m); always at the end",
+    "log": "metric writers: csv (metrics.csv, always written), tensorboard (also TensorBoard scalars)",
     "conv_impl": "convolution implementation: auto (per backend), lax, im2col, ...",
     "client_map": "how the compiled round maps over clients: vmap, map (lax.map), auto (per backend)",
 }
@@ -53,13 +56,18 @@ def _bool(s: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected on/off, got {s!r}")
 
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
+def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False) -> None:
+    """One flag per config option; ``multi``: each takes one or more values (``fedalf sweep``)."""
     hints = typing.get_type_hints(Config)
     for f in dataclasses.fields(Config):
+        if multi and f.name in ("seed", "out"):
+            continue
         flag = "--" + f.name.replace("_", "-")
         t = hints[f.name]
         base = next((a for a in typing.get_args(t) if a is not type(None)), t)
         kw = {"dest": f.name, "default": None, "help": _HELP.get(f.name, f"(default: {f.default})")}
+        if multi:
+            kw["nargs"] = "+"
         if f.name in _CHOICES:
             kw["choices"] = _CHOICES[f.name]
         elif base is bool:
@@ -71,21 +79,29 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, **kw)
 
 
+def _given(args: argparse.Namespace) -> dict:
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
+            if getattr(args, f.name, None) is not None}
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
-             if getattr(args, f.name, None) is not None}
+    """The run's config: ``--config`` file, overridden by flags. With ``--resume`` and a ``config.json``
+    in ``--out``, that config, which the flags may not change (except ``--rounds``)."""
+    given = _given(args)
+    base = Config.load(args.config).to_dict() if args.config else {}
     if getattr(args, "resume", False):
         if not args.out:
             raise ConfigError("--resume needs --out DIR, the run directory to continue")
-        path = Path(args.out) / "config.json"
-        if not path.is_file():
-            raise ConfigError(f"--resume: {path} not found; is {args.out} a run directory?")
-        base = Config.load(path).to_dict()
-        changed = sorted(k for k in given if k not in ("rounds", "out") and given[k] != base.get(k))
-        if changed:
-            raise ConfigError(f"--resume continues a run as configured; only --rounds may change, not {changed}")
-        return Config.from_dict({**base, **given})
-    base = Config.load(args.config).to_dict() if args.config else {}
+        from .experiment.rundir import RunDir
+        rd = RunDir(args.out)
+        if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
+            saved = rd.config_dict()
+            want = Config.from_dict({**saved, **base, **given}).to_dict()
+            changed = sorted(k for k in want if k not in ("rounds", "out") and want[k] != saved.get(k))
+            if changed:
+                raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds "
+                                  f"may change, not {', '.join(changed)}")
+            return Config.from_dict({**saved, **{k: v for k, v in given.items() if k in ("rounds", "out")}})
     return Config.from_dict({**base, **given})
 
 
@@ -94,20 +110,38 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one experiment")
     r.add_argument("--config", default=None, help=_HELP["config"])
-    r.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its checkpoint (from round 0 if it has none yet)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_config_flags(r)
+    s = sub.add_parser("sweep", help="many runs: seeds and continuous values vmapped in one program per "
+                                     "discrete combination; every option takes one or more values")
+    s.add_argument("--config", default=None, help=_HELP["config"])
+    s.add_argument("--seeds", "--seed", dest="seeds", nargs="+", type=int, default=None,
+                   help="run seeds (default: the config's seed)")
+    s.add_argument("--out", required=True, help="sweep directory: sweep.json and one run directory per run")
+    s.add_argument("--sweep-chunk", type=int, default=None,
+                   help="most runs in one program call (bounds memory; default: all runs of a combination)")
+    s.add_argument("--resume", action="store_true", help="finish the unfinished runs of the sweep in --out")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_config_flags(s, multi=True)
+    rep = sub.add_parser("report", help="paper-style table (Markdown, CSV) and figures from run or sweep directories")
+    rep.add_argument("paths", nargs="+", help="run directories, sweep directories, or folders holding them")
+    rep.add_argument("--out", required=True, help="folder for report.md, table.csv and the figures")
+    rep.add_argument("--last", type=int, default=5, help="evaluations averaged in the 'last evaluations' column")
     b = sub.add_parser("bench", help="round throughput: compiled vmapped round vs a sequential client loop")
     b.add_argument("--config", default=None, help=_HELP["config"])
     b.add_argument("--repeats", type=int, default=5, help="timed rounds per variant (median reported)")
     b.add_argument("--json", default=None, help="write the figures to this JSON file")
     b.add_argument("--no-sequential", action="store_true", help="time only the compiled round")
+    b.add_argument("--sweep-width", type=int, nargs="+", default=None, metavar="W",
+                   help="time a vmapped sweep of W runs against W separate runs, for each W")
     _add_config_flags(b)
     return p
 
 
 def _cmd_run(args) -> int:
-    from .run import run
+    from .experiment.loop import run
     cfg = config_from_args(args)
     rows = run(cfg, progress=not args.no_progress, resume=args.resume)
     last = rows[-1]
@@ -117,12 +151,54 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_sweep(args) -> int:
+    from .experiment import sweep as S
+    if args.sweep_chunk is not None and args.sweep_chunk < 1:
+        raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
+    given = _given(args)
+    if args.resume:
+        if given or args.seeds or args.config:
+            raise ConfigError("fedalf sweep --resume takes the runs from --out/sweep.json; drop the other options "
+                              "(only --sweep-chunk and --no-progress may be given)")
+        res = S.resume(args.out, chunk=args.sweep_chunk, progress=not args.no_progress)
+    else:
+        base = Config.load(args.config).to_dict() if args.config else {}
+        grid = {k: v for k, v in given.items()}
+        seeds = args.seeds if args.seeds is not None else [base.get("seed", 0)]
+        configs = S.expand(base, grid, seeds)
+        meta = {"argv": sys.argv[1:], "continuous": [k for k in grid if k in CONTINUOUS and len(grid[k]) > 1]}
+        res = S.sweep(configs, args.out, chunk=args.sweep_chunk, progress=not args.no_progress, meta=meta)
+    counts: dict[str, int] = {}
+    for r in res:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    done = [r for r in res if r["status"] == "done"]
+    best = max(done, key=lambda r: r["final"]["mean_acc"], default=None)
+    print(f"{len(res)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f" -> {args.out}")
+    if best is not None:
+        print(f"best: {best['name']} mean_acc {best['final']['mean_acc']:.4f} angle {best['final']['angle_deg']:.2f}°")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from .experiment.report import report
+    res = report(args.paths, args.out, last=args.last)
+    for line in res.get("messages", []):
+        print(line)
+    print(f"report: {res['markdown']}")
+    return 0
+
+
 def _cmd_bench(args) -> int:
-    from .bench import bench
+    from .experiment.bench import bench, bench_sweep
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
     cfg = config_from_args(args)
-    res = bench(cfg, repeats=args.repeats, sequential=not args.no_sequential)
+    if args.sweep_width:
+        if any(w < 1 for w in args.sweep_width):
+            raise ConfigError(f"--sweep-width values must be positive integers, got {args.sweep_width}")
+        res = bench_sweep(cfg, widths=args.sweep_width, repeats=args.repeats)
+    else:
+        res = bench(cfg, repeats=args.repeats, sequential=not args.no_sequential)
     for k, v in res.items():
         print(f"{k:>28}: {v}")
     if args.json:
@@ -137,12 +213,13 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _one_line_warning
-    from .data import DataError
-    from .models import ModelError
-    from .partitions import PartitionError
+    from .problem.data import DataError
+    from .problem.models import ModelError
+    from .problem.partitions import PartitionError
     user_errors = (ConfigError, DataError, PartitionError, ModelError, FloatingPointError)
+    commands = {"run": _cmd_run, "sweep": _cmd_sweep, "report": _cmd_report, "bench": _cmd_bench}
     try:
-        return {"run": _cmd_run, "bench": _cmd_bench}[args.command](args)
+        return commands[args.command](args)
     except user_errors as e:
         if os.environ.get("FEDALF_DEBUG"):
             raise

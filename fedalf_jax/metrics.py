@@ -1,39 +1,6 @@
-"""Evaluation metrics (DESIGN §7): mean accuracy and the fairness angle of the client-accuracy vector."""
+"""Public name kept for users (``fedalf_jax.metrics.fairness_angle``); the code is in
+:mod:`fedalf_jax.experiment.metrics`."""
 
-from __future__ import annotations
+from .experiment.metrics import fairness_angle, summarize  # noqa: F401
 
-import math
-
-import jax.numpy as jnp
-import numpy as np
-
-
-def fairness_angle(acc) -> jnp.ndarray:
-    """Angle in radians between the per-client accuracy vector ``acc`` and the all-ones vector.
-
-    ``arccos(A·1 / (‖A‖ √N))``; 0 means every client has the same accuracy. An all-zero vector
-    (nothing learnt anywhere) is defined as angle 0: all clients are equally (un)served.
-    """
-    a = jnp.asarray(acc, dtype=jnp.float32)
-    n = a.shape[-1]
-    norm = jnp.linalg.norm(a, axis=-1)
-    cos = jnp.sum(a, axis=-1) / jnp.maximum(norm * math.sqrt(n), 1e-30)
-    cos = jnp.where(norm > 0, cos, 1.0)
-    return jnp.arccos(jnp.clip(cos, -1.0, 1.0))
-
-
-def summarize(acc: np.ndarray) -> dict:
-    """Summary statistics of one evaluation's per-client accuracy vector (NumPy, host side)."""
-    a = np.asarray(acc, dtype=np.float64)
-    n = a.size
-    k = max(1, int(math.ceil(0.1 * n)))
-    srt = np.sort(a)
-    angle = float(fairness_angle(a))
-    return {
-        "mean_acc": float(a.mean()),
-        "angle": angle,
-        "angle_deg": math.degrees(angle),
-        "std_acc": float(a.std()),
-        "worst10_acc": float(srt[:k].mean()),
-        "best10_acc": float(srt[-k:].mean()),
-    }
+__all__ = ["fairness_angle", "summarize"]

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from fedalf_jax.algorithms import HParams, ServerIn, make_admm_upload, qfedavg_server, weighted_mean_server
+from fedalf_jax.sim.algorithms import HParams, ServerIn, make_admm_upload, qfedavg_server, weighted_mean_server
 
 
 def _hp(**kw):

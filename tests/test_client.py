@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedalf_jax.algorithms import HParams, admm_penalty, prox_penalty
-from fedalf_jax.client import epoch_order, local_sgd, steps_per_epoch
-from fedalf_jax.models import make_model
+from fedalf_jax.sim.algorithms import HParams, admm_penalty, prox_penalty
+from fedalf_jax.sim.client import epoch_order, local_sgd, steps_per_epoch
+from fedalf_jax.problem.models import make_model
 
 
 def _pool(n=130, seed=0):

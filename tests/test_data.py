@@ -9,8 +9,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from fedalf_jax import data as D
-from fedalf_jax.data import DataError, Dataset, dataset_info, load_dataset
+from fedalf_jax.problem import data as D
+from fedalf_jax.problem.data import DataError, Dataset, dataset_info, load_dataset
 
 REAL_FMNIST = "/usr/share/datasets/fashion-mnist"
 FMNIST_NAMES = {

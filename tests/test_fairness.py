@@ -285,7 +285,7 @@ def test_near_collinear_history_rows():
 
 
 def test_cached_history_gram_gives_the_same_direction():
-  from fedalf_jax.fairness import update_history_gram
+  from fedalf_jax.sim.fairness import update_history_gram
   rng = np.random.default_rng(5)
   m, H = 3, 6
   deltas = {"a": {"kernel": rng.normal(size=(m, 4, 3)), "bias": rng.normal(size=(m, 3))},

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax.models import (
+from fedalf_jax.problem.models import (
     CONV_IMPLS,
     Conv,
     Model,

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from fedalf_jax.partitions import Partition, PartitionError, make_partition, pad_indices
-from fedalf_jax.partitions import _assign_classes, _balanced_holders
+from fedalf_jax.problem.partitions import Partition, PartitionError, make_partition, pad_indices
+from fedalf_jax.problem.partitions import _assign_classes, _balanced_holders
 
 # Fashion-MNIST-shaped labels: 6000 train + 1000 test per class, interleaved like the real files.
 Y_TRAIN = np.tile(np.arange(10), 6000)
@@ -115,7 +115,7 @@ def test_train_frac_default_and_custom():
     not os.path.isfile(os.path.join(REAL_DIR, "train-labels-idx1-ubyte.gz")), reason="no real Fashion-MNIST"
 )
 def test_real_fmnist_labels_pat1():
-    from fedalf_jax.data import _read_idx
+    from fedalf_jax.problem.data import _read_idx
 
     ytr = _read_idx(os.path.join(REAL_DIR, "train-labels-idx1-ubyte.gz"), 1)
     yte = _read_idx(os.path.join(REAL_DIR, "t10k-labels-idx1-ubyte.gz"), 1)

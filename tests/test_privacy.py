@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax import privacy as P
+from fedalf_jax.experiment.config import validate_privacy
+from fedalf_jax.sim import privacy as P
 
 Z = 6.0
 N_BIG = 200_000  # one shared tensor size, so the jitted mechanisms below compile once per tree shape
@@ -426,7 +427,7 @@ GOOD = dict(ldp="none", dp="none", epsilon=2.0, delta=1e-5, clip=1.0, algorithm=
 def test_validate_privacy_refuses(changes, needle):
     cfg = {**GOOD, **changes}
     with pytest.raises(ValueError) as err:
-        P.validate_privacy(**cfg)
+        validate_privacy(**cfg)
     msg = str(err.value)
     assert needle in msg
     assert "\n" not in msg
@@ -437,14 +438,14 @@ def test_validate_privacy_accepts_valid_configs():
         warnings.simplefilter("error")
         for alg in ("fedavg", "fedprox", "qfedavg", "fedadmm", "fedalf"):
             for ldp in ("none", "adaptive", "ldp_fl"):
-                P.validate_privacy(**{**GOOD, "algorithm": alg, "ldp": ldp})
-            P.validate_privacy(**{**GOOD, "algorithm": alg, "dp": "gaussian", "epsilon": 0.5})
-        P.validate_privacy(**{**GOOD, "algorithm": "fedlf", "ldp": "adaptive", "client_grad": "local"})
-        P.validate_privacy(**{**GOOD, "algorithm": "fedlf"})  # no mechanism: fine with client_grad=full
-        P.validate_privacy(ldp=None, dp=None, algorithm="fedlf")  # unused values may be omitted
-        P.validate_privacy(**{**GOOD, "ldp": "adaptive", "epsilon": np.array([0.5, 2.0, 8.0])})
+                validate_privacy(**{**GOOD, "algorithm": alg, "ldp": ldp})
+            validate_privacy(**{**GOOD, "algorithm": alg, "dp": "gaussian", "epsilon": 0.5})
+        validate_privacy(**{**GOOD, "algorithm": "fedlf", "ldp": "adaptive", "client_grad": "local"})
+        validate_privacy(**{**GOOD, "algorithm": "fedlf"})  # no mechanism: fine with client_grad=full
+        validate_privacy(ldp=None, dp=None, algorithm="fedlf")  # unused values may be omitted
+        validate_privacy(**{**GOOD, "ldp": "adaptive", "epsilon": np.array([0.5, 2.0, 8.0])})
 
 
 def test_validate_privacy_warns_gaussian_epsilon_at_least_one():
     with pytest.warns(UserWarning, match="nominal"):
-        P.validate_privacy(**{**GOOD, "dp": "gaussian", "epsilon": 2.0})
+        validate_privacy(**{**GOOD, "dp": "gaussian", "epsilon": 2.0})

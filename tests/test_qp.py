@@ -141,7 +141,7 @@ def test_no_warning_on_import():
       "import warnings\n"
       "with warnings.catch_warnings(record=True) as w:\n"
       "  warnings.simplefilter('always')\n"
-      "  import fedalf_jax.qp as qp\n"
+      "  import fedalf_jax.sim.qp as qp\n"
       "  qp._box_osqp_cls()\n"
       "print(len(w), [str(x.message) for x in w])\n")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -194,7 +194,7 @@ def test_blown_up_admm_output_is_discarded(monkeypatch):
   # The NaN of the fedlf run: the float32 ADMM returned a finite but huge λ (~1e10..1e14); the
   # masked projection then returned 0/0 (its sentinel vmax − 2 rounds to vmax) and the PGD polish
   # stopped at once on the NaN start. Replay such ADMM outputs: the answer must still be right.
-  from fedalf_jax import qp
+  from fedalf_jax.sim import qp
 
   rng = np.random.default_rng(6)
   n = 49

@@ -8,11 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax.bench import make_sequential
-from fedalf_jax.config import Config
+from fedalf_jax.experiment.bench import make_sequential
+from fedalf_jax.experiment.config import Config
 from fedalf_jax.fairness import module_layers
-from fedalf_jax.round import init_state, run_rounds
-from fedalf_jax.run import build, run
+from fedalf_jax.sim.round import init_state, run_rounds
+from fedalf_jax.experiment.build import build
+from fedalf_jax.experiment.loop import run
 
 SMALL = dict(dataset="synthetic", model="mlp", clients=8, clients_per_round=3, synthetic_train=600,
              synthetic_test=160, batch_size=20, rounds=4, eval_every=2)
@@ -47,7 +48,11 @@ def test_same_seed_same_metrics_and_run_directory(tmp_path):
     assert [r["round"] for r in rows1] == [0, 2, 4]
     for r1, r2 in zip(rows1, rows2):
         np.testing.assert_array_equal(r1["acc"], r2["acc"])
-        assert r1["train_loss"] == r2["train_loss"]
+        assert r1["test_loss"] == r2["test_loss"]
+        np.testing.assert_equal(r1["train_loss"], r2["train_loss"])
+    # the train loss is computed on its own cadence (train_loss_every=50) and at the first and last rows
+    assert np.isfinite(rows1[0]["train_loss"]) and np.isnan(rows1[1]["train_loss"])
+    assert np.isfinite(rows1[-1]["train_loss"])
     other = run(cfg.replace(out=None, seed=1), progress=False)
     assert not np.array_equal(other[-1]["acc"], rows1[-1]["acc"]) or other[-1]["train_loss"] != rows1[-1]["train_loss"]
     d = tmp_path / "a"
@@ -72,8 +77,11 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert [r["round"] for r in b] == ["0", "2", "4"]
     for ra, rb in zip(a, b):
         for k in ra:
-            if k.startswith("acc_") or k in ("mean_acc", "angle", "train_loss"):
+            if k.startswith("acc_") or k in ("mean_acc", "angle", "test_loss"):
                 assert ra[k] == rb[k], k
+        # the interrupted run also took the train loss at its last round (2); where both have it, it agrees
+        if ra["train_loss"] != "nan":
+            assert ra["train_loss"] == rb["train_loss"]
 
 
 def test_synthetic_run_learns():

@@ -1,6 +1,7 @@
-"""The algorithms as small pure functions plugged into the one round (DESIGN §3).
+"""The algorithms as small pure functions plugged into the one round (docs/algorithms.md).
 
-An algorithm is three choices:
+Each algorithm is built by a keyword factory (``fedavg()``, ``fedalf(layer_of, server_target=...)``,
+after optax's ``alias.py``) that returns an :class:`Algorithm`: three choices,
   * the client's local objective (a penalty added to ``f_i``, possibly using the client's dual),
   * what the client uploads, as the pseudo-gradient ``Δ_i = θ_t − u_i`` (and the new dual),
   * the server update from the ``Δ_i``.
@@ -33,12 +34,6 @@ class HParams(NamedTuple):
     delta: Any
     clip: Any
 
-    @classmethod
-    def from_config(cls, cfg) -> "HParams":
-        f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-        return cls(f(cfg.lr), f(cfg.lr_decay), f(cfg.resolved_server_lr), f(cfg.resolved_server_lr_decay),
-                   f(cfg.mu), f(cfg.rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip))
-
 
 class ServerIn(NamedTuple):
     theta: Any          # global params θ_t
@@ -60,16 +55,22 @@ def _no_info():
     return {k: jnp.zeros((), jnp.float32) for k in SERVER_INFO}
 
 
+def _no_server_state(params, num_clients):
+    return ()
+
+
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
+    """One algorithm: small pure functions the round calls (build it with a factory below)."""
+
     name: str
-    local_train: bool          # False: the client sends ∇f_i(θ_t) (FedLF client_grad=full)
-    needs_loss: bool           # the server uses l_i = f_i(θ_t)
-    has_dual: bool             # ADMM: a dual per client lives in the run state
-    penalty: Optional[Callable]  # (theta, dual, hp) -> (params -> scalar), or None
-    upload: Callable           # (theta, w, w_tilde, dual, hp, lr_t) -> (Δ_i, new dual)
     server: Callable           # ServerIn -> (new θ, new server state, info)
-    init_server_state: Callable = lambda params, num_clients: ()  # noqa: E731
+    upload: Callable           # (theta, w, w_tilde, dual, hp, lr_t) -> (Δ_i, new dual)
+    penalty: Optional[Callable] = None  # (theta, dual, hp) -> (params -> scalar), or None
+    local_train: bool = True   # False: the client sends ∇f_i(θ_t) (FedLF client_grad=full)
+    needs_loss: bool = False   # the server uses l_i = f_i(θ_t)
+    has_dual: bool = False     # ADMM: a dual per client lives in the run state
+    init_server_state: Callable = _no_server_state  # (params, num_clients) -> server state
 
 
 # ---- local objectives ---------------------------------------------------------------------
@@ -94,11 +95,32 @@ def scaled_model_upload(theta, w, w_tilde, dual, hp, lr_t):
     return T.scale(T.sub(theta, w_tilde), 1.0 / lr_t), dual
 
 
+SERVER_TARGETS = ("increment", "augmented", "model")
+DUAL_FROM = ("local", "perturbed")
+
+
 def make_admm_upload(server_target: str, dual_from: str):
+    """The ADMM client's dual update ``λ ← λ + ρ(src − θ)`` and its upload ``u_i`` (``Δ_i = θ − u_i``).
+
+    ``src`` is ``w`` (``dual_from="local"``) or ``w̃`` (``"perturbed"``). ``server_target``:
+    ``"increment"`` ``u = w̃ + (λ − λ⁻)/ρ`` (FedADMM's released rule: the change of the augmented
+    model ``w + λ/ρ``), ``"augmented"`` ``u = w̃ + λ/ρ`` (the whole dual), ``"model"`` ``u = w̃``.
+    """
+    if server_target not in SERVER_TARGETS:
+        raise ValueError(f"unknown server_target {server_target!r}; use one of {', '.join(SERVER_TARGETS)}")
+    if dual_from not in DUAL_FROM:
+        raise ValueError(f"unknown dual_from {dual_from!r}; use one of {', '.join(DUAL_FROM)}")
+
     def upload(theta, w, w_tilde, dual, hp, lr_t):
         src = w_tilde if dual_from == "perturbed" else w
-        new_dual = T.add(dual, T.scale(T.sub(src, theta), hp.rho))
-        u = T.add(w_tilde, T.scale(new_dual, 1.0 / hp.rho)) if server_target == "augmented" else w_tilde
+        step = T.scale(T.sub(src, theta), hp.rho)  # λ − λ⁻
+        new_dual = T.add(dual, step)
+        if server_target == "increment":
+            u = T.add(w_tilde, T.scale(step, 1.0 / hp.rho))
+        elif server_target == "augmented":
+            u = T.add(w_tilde, T.scale(new_dual, 1.0 / hp.rho))
+        else:
+            u = w_tilde
         return T.sub(theta, u), new_dual
     return upload
 
@@ -131,7 +153,7 @@ def qfedavg_server(s: ServerIn):
 
 
 def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: str):
-    """FedLF / FedALF: θ ← θ − η_g d with d the layer-wise fair direction (DESIGN §3.2)."""
+    """FedLF / FedALF: θ ← θ − η_g d with d the layer-wise fair direction (docs/algorithms.md)."""
     from .fairness import fair_direction, update_history_gram
 
     def server(s: ServerIn):
@@ -166,23 +188,47 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
     return server, init_state
 
 
-def make_algorithm(cfg, layer_of) -> Algorithm:
-    """The :class:`Algorithm` for ``cfg.algorithm`` (static choices resolved from the config)."""
-    name = cfg.algorithm
-    if name == "fedavg":
-        return Algorithm(name, True, False, False, None, model_upload, weighted_mean_server)
-    if name == "fedprox":
-        return Algorithm(name, True, False, False, prox_penalty, model_upload, weighted_mean_server)
-    if name == "qfedavg":
-        return Algorithm(name, True, True, False, None, model_upload, qfedavg_server)
-    admm_upload = make_admm_upload(cfg.server_target, cfg.dual_from)
-    if name == "fedadmm":
-        return Algorithm(name, True, False, True, admm_penalty, admm_upload, mean_server)
-    server, init_state = make_fair_server(layer_of, history=cfg.resolved_history, merge_tol=cfg.merge_tol,
-                                          qp_method=cfg.qp_method)
-    if name == "fedlf":
-        local = cfg.client_grad == "local"
-        return Algorithm(name, local, True, False, None, scaled_model_upload, server, init_state)
-    if name == "fedalf":
-        return Algorithm(name, True, True, True, admm_penalty, admm_upload, server, init_state)
-    raise ValueError(f"unknown algorithm {name!r}")
+# ---- the algorithms (keyword factories) -------------------------------------------------------
+
+def fedavg() -> Algorithm:
+    """FedAvg: local SGD on ``f_i``, ``θ ← θ − η_g Σ p_i Δ_i``."""
+    return Algorithm("fedavg", server=weighted_mean_server, upload=model_upload)
+
+
+def fedprox() -> Algorithm:
+    """FedProx: local objective ``f_i(w) + μ/2‖w − θ‖²``, FedAvg's server."""
+    return Algorithm("fedprox", server=weighted_mean_server, upload=model_upload, penalty=prox_penalty)
+
+
+def qfedavg() -> Algorithm:
+    """q-FFL / qFedAvg with ``q`` from the hyper-parameters."""
+    return Algorithm("qfedavg", server=qfedavg_server, upload=model_upload, needs_loss=True)
+
+
+def fedadmm(*, server_target: str = "increment", dual_from: str = "local") -> Algorithm:
+    """FedADMM: ADMM local objective and dual, ``θ ← θ − η_g mean_i Δ_i``."""
+    return Algorithm("fedadmm", server=mean_server, upload=make_admm_upload(server_target, dual_from),
+                     penalty=admm_penalty, has_dual=True)
+
+
+def fedlf(layer_of, *, client_grad: str = "full", history: bool = True, merge_tol: float = 1e-6,
+          qp_method: str = "osqp") -> Algorithm:
+    """FedLF: the layer-wise fair direction of the clients' full gradients (``client_grad="full"``)
+    or of their scaled local-SGD changes ``(θ − w_i)/η_l`` (``"local"``)."""
+    if client_grad not in ("full", "local"):
+        raise ValueError(f"unknown client_grad {client_grad!r}; use 'full' or 'local'")
+    server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method)
+    return Algorithm("fedlf", server=server, upload=scaled_model_upload, local_train=client_grad == "local",
+                     needs_loss=True, init_server_state=init_state)
+
+
+def fedalf(layer_of, *, server_target: str = "increment", dual_from: str = "local", history: bool = True,
+           merge_tol: float = 1e-6, qp_method: str = "osqp") -> Algorithm:
+    """FedALF: FedADMM's clients and upload, FedLF's fair server."""
+    server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method)
+    return Algorithm("fedalf", server=server, upload=make_admm_upload(server_target, dual_from),
+                     penalty=admm_penalty, needs_loss=True, has_dual=True, init_server_state=init_state)
+
+
+FACTORIES = {"fedavg": fedavg, "fedprox": fedprox, "qfedavg": qfedavg, "fedadmm": fedadmm, "fedlf": fedlf,
+             "fedalf": fedalf}

@@ -1,4 +1,4 @@
-"""Round throughput (DESIGN §9 ``fedalf bench``): the compiled vmapped round against a sequential
+"""Round throughput (``fedalf bench``): the compiled vmapped round against a sequential
 per-client loop of the same math (the same ``client_step`` jitted for one client, called in a
 Python loop, then the same ``server_step``), measured in one process. Medians after compile.
 """
@@ -12,10 +12,11 @@ import time
 import jax
 import jax.numpy as jnp
 
+from ..problem.models import default_conv_impl
+from ..sim.client import steps_per_epoch
+from ..sim.round import client_phase, client_step, init_state, round_keys, run_rounds, sample_clients, server_step
+from .build import build
 from .config import Config
-from .round import client_phase, client_step, init_state, round_keys, run_rounds, sample_clients, server_step
-from .client import steps_per_epoch
-from .models import default_conv_impl
 
 
 def sequential_round(spec, client_j, server_j, sel_j, state, hp, data):
@@ -41,7 +42,6 @@ def make_sequential(spec):
 
 
 def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True) -> dict:
-    from .run import build
     exp = build(cfg)
     spec, hp, data = exp.spec, exp.hp, exp.data
     state = init_state(spec, cfg.seed)
@@ -105,3 +105,45 @@ def _peak_memory_mb() -> float:
     if stats and "peak_bytes_in_use" in stats:
         return stats["peak_bytes_in_use"] / 2 ** 20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # host RSS on CPU (KiB on Linux)
+
+
+def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
+    """A vmapped sweep of ``W`` runs (seeds ``seed .. seed+W−1``) against the same ``W`` runs as separate
+    single-run programs, one chunk of ``eval_every`` rounds with its evaluation per call, timed
+    interleaved in one process (medians). ``speedup`` > 1: the sweep is faster than its runs one after
+    another."""
+    from .loop import Program
+    from .sweep import _Group
+    length = min(cfg.eval_every, cfg.rounds)
+    res = {"backend": jax.default_backend(), "device": str(jax.devices()[0]), "algorithm": cfg.algorithm,
+           "model": cfg.model, "dataset": cfg.dataset, "rounds_per_call": length, "widths": {}}
+    for width in widths:
+        group = _Group([(cfg.replace(seed=cfg.seed + i, out=None), None) for i in range(width)])
+        idx = list(range(width))
+        swept = group.inputs(idx)
+        singles = [group.single_inputs(i) for i in idx]
+        t0 = time.perf_counter()
+        f_sweep = Program(group.spec, batched=True, data_axes=group.axes).compiled(length, False, *swept)
+        compile_sweep = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        one = Program(group.spec)
+        f_one = [one.compiled(length, False, *ins) for ins in singles]
+        compile_one = time.perf_counter() - t0
+        box = {"sweep": swept[0], "separate": [ins[0] for ins in singles]}
+        t_sweep, t_sep = [], []
+        for _ in range(repeats + 1):  # the first of each is a warm-up
+            t0 = time.perf_counter()
+            box["sweep"] = jax.block_until_ready(f_sweep(box["sweep"], *swept[1:])[0])
+            t_sweep.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for i, ins in enumerate(singles):
+                box["separate"][i] = jax.block_until_ready(f_one[i](box["separate"][i], *ins[1:])[0])
+            t_sep.append(time.perf_counter() - t0)
+        sw, sep = statistics.median(t_sweep[1:]), statistics.median(t_sep[1:])
+        res["widths"][str(width)] = {
+            "sweep_s_per_call": sw, "separate_s_per_call": sep, "speedup": sep / sw,
+            "sweep_s_per_run_round": sw / (width * length), "separate_s_per_run_round": sep / (width * length),
+            "compile_sweep_s": round(compile_sweep, 3), "compile_single_s": round(compile_one, 3),
+            "sweep_times": t_sweep[1:], "separate_times": t_sep[1:]}
+    res["peak_memory_mb"] = _peak_memory_mb()
+    return res

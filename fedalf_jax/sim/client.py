@@ -1,4 +1,4 @@
-"""Client-side local training (DESIGN §2): masked minibatch SGD as one ``lax.scan``, vmap-safe.
+"""Client-side local training (docs/algorithms.md §2): masked minibatch SGD as one ``lax.scan``, vmap-safe.
 
 A client is described by a row of padded indices into the device-resident data pool and its count
 ``n``. Every client runs the same number of compiled steps, ``epochs * ceil(L / B)`` for padded
@@ -19,9 +19,14 @@ Penalty = Optional[Callable[[Any], jnp.ndarray]]  # params -> scalar added to th
 
 
 def epoch_order(key, n, length: int) -> jnp.ndarray:
-    """A random order of the positions ``0..n-1`` followed by the padded positions ``n..length-1``."""
+    """A random order of the positions ``0..n-1`` followed by the padded positions ``n..length-1``.
+
+    Position ``p`` draws its sort key from ``fold_in(key, p)``, so the order of the real positions
+    does not depend on the padded ``length``: a client trains identically however its index row is
+    padded (a sweep pads all its runs' rows to one length).
+    """
     pos = jnp.arange(length)
-    u = jax.random.uniform(key, (length,))
+    u = jax.vmap(lambda p: jax.random.uniform(jax.random.fold_in(key, p)))(pos)
     return jnp.argsort(jnp.where(pos < n, u, 2.0 + pos / length))
 
 

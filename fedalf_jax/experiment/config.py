@@ -1,6 +1,7 @@
 """Run configuration: one frozen dataclass, validated up front with one-line errors.
 
-Everything a run needs to be reproduced lives here and is written to ``config.json``.
+Everything a run needs to be reproduced lives here and is written to ``config.json``. The privacy
+options are checked here too (:func:`validate_privacy`), so ``sim.privacy`` stays pure mechanism.
 """
 
 from __future__ import annotations
@@ -8,25 +9,32 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-ALGORITHMS = ("fedavg", "fedprox", "qfedavg", "fedadmm", "fedlf", "fedalf")
+import numpy as np
+
+from ..sim.algorithms import DUAL_FROM, FACTORIES, SERVER_TARGETS
+from ..sim.privacy import LDP_NAMES
+
+ALGORITHMS = tuple(FACTORIES)
 DATASETS = ("fmnist", "cifar10", "cifar100", "synthetic")
 PARTITIONS = ("pat1", "pat2", "dirichlet", "iid")
 ASSIGNS = ("fedlf", "shards")
 MODELS = ("cnn", "cnn_bn", "mlp")
-LDPS = ("none", "adaptive", "ldp_fl")
+LDPS = LDP_NAMES
 DPS = ("none", "gaussian")
 CLIENT_GRADS = ("full", "local")
 LAYERS = ("module", "tensor")
-SERVER_TARGETS = ("augmented", "model")
-DUAL_FROM = ("local", "perturbed")
 QP_METHODS = ("osqp", "pgd")
 CLIENT_MAPS = ("auto", "vmap", "map")
+LOGS = ("csv", "tensorboard")
+# The numeric hyper-parameters: traced in the compiled program, so a sweep vmaps over them.
+CONTINUOUS = ("lr", "lr_decay", "server_lr", "server_lr_decay", "mu", "rho", "q", "epsilon", "delta", "clip")
 
-# Server learning rate and its per-round decay when the user gives none (DESIGN §3).
+# Server learning rate and its per-round decay when the user gives none (docs/algorithms.md).
 _SERVER_DEFAULTS = {
     "fedavg": (1.0, 1.0),
     "fedprox": (1.0, 1.0),
@@ -57,7 +65,7 @@ class Config:
     model: str = "cnn"
     conv_impl: str = "auto"
     client_map: str = "auto"
-    # federated setting (DESIGN §2)
+    # federated setting (docs/algorithms.md §2)
     rounds: int = 200
     clients: int = 100
     clients_per_round: int = 10
@@ -78,7 +86,7 @@ class Config:
     qp_method: str = "osqp"
     server_target: str = "augmented"
     dual_from: str = "local"  # the paper's; "perturbed" diverged at ε=2 (docs/privacy.md)
-    # privacy (DESIGN §4)
+    # privacy (docs/privacy.md)
     ldp: str = "none"
     dp: str = "none"
     epsilon: float = 2.0
@@ -86,6 +94,9 @@ class Config:
     clip: float = 1.0
     # bookkeeping
     eval_every: int = 10
+    train_loss_every: int = 50  # rounds; the train loss passes over every training sample
+    checkpoint_every: str = "300s"  # "N" rounds or "Ns" seconds; always at the end of a run
+    log: str = "csv"  # metrics.csv always; "tensorboard" also writes scalars with tensorboardX
     seed: int = 0
     out: Optional[str] = None
 
@@ -136,9 +147,13 @@ class Config:
         return dataclasses.replace(self, **kw).validated()
 
     # ---- validation -----------------------------------------------------------------
+    @property
+    def checkpoint_policy(self) -> tuple[str, float]:
+        """``("rounds", N)`` or ``("seconds", S)`` from ``checkpoint_every``."""
+        return parse_every(self.checkpoint_every)
+
     def check_privacy(self) -> None:
-        """The privacy options' consistency (DESIGN §4); ``ValueError`` with a one-line message."""
-        from .privacy import validate_privacy
+        """The privacy options' consistency (docs/privacy.md); ``ValueError`` with a one-line message."""
         validate_privacy(ldp=self.ldp, dp=self.dp, epsilon=self.epsilon, delta=self.delta, clip=self.clip,
                          algorithm=self.algorithm, client_grad=self.client_grad)
 
@@ -158,8 +173,9 @@ class Config:
         _choice("dual_from", self.dual_from, DUAL_FROM)
         _choice("qp_method", self.qp_method, QP_METHODS)
         _choice("client_map", self.client_map, CLIENT_MAPS)
+        _choice("log", self.log, LOGS)
         for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "eval_every",
-                     "synthetic_train", "synthetic_test"):
+                     "train_loss_every", "synthetic_train", "synthetic_test"):
             _pos_int(name, getattr(self, name))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
@@ -180,6 +196,10 @@ class Config:
             _pos_float("server_lr", self.server_lr)
         if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
             raise ConfigError(f"delta must be in (0, 1), got {self.delta!r}")
+        try:
+            parse_every(self.checkpoint_every)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if self.dataset == "synthetic" and self.data_dir is not None:
             raise ConfigError("--data-dir has no meaning for --dataset synthetic; drop one of them")
         with warnings.catch_warnings():  # the ε ≥ 1 Gaussian-DP warning is given once, at run start
@@ -189,6 +209,19 @@ class Config:
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         return self
+
+
+def parse_every(v: Any) -> tuple[str, float]:
+    """``"50"`` or ``50`` → ``("rounds", 50)``; ``"90s"``, ``"5m"``, ``"1h"`` → ``("seconds", ...)``."""
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return "rounds", v
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(v))
+    if not m or float(m.group(1)) <= 0 or (not m.group(2) and "." in m.group(1)):
+        raise ValueError(f"checkpoint_every must be a positive number of rounds (e.g. 50) or of seconds, "
+                         f"minutes or hours (e.g. 300s, 5m, 1h), got {v!r}")
+    if not m.group(2):
+        return "rounds", int(m.group(1))
+    return "seconds", float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def _choice(name: str, value: Any, options: tuple) -> None:
@@ -209,3 +242,73 @@ def _pos_float(name: str, v: Any) -> None:
 def _nonneg_float(name: str, v: Any) -> None:
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
         raise ConfigError(f"{name} must be a non-negative finite number, got {v!r}")
+
+
+def _as_array(name: str, value, hint: str) -> np.ndarray:
+    if value is None or isinstance(value, (str, bytes, bool)):
+        raise ValueError(f"{name}={value!r} is not a number; {hint}")
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not a number; {hint}") from None
+
+
+def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=None, clip=None,
+                     algorithm: str, client_grad: str | None = None) -> None:
+    """Refuse an inconsistent privacy configuration with a one-line ``ValueError`` (problem + fix).
+
+    Checks: ``ldp`` in ``LDP_NAMES``, ``dp`` in ``DPS``, a known ``algorithm`` (and
+    ``client_grad`` for fedlf, default ``"full"``), not both ``ldp`` and ``dp`` on, the mechanism
+    applies to the algorithm (both perturb an uploaded model, so fedlf needs
+    ``client_grad="local"``), ``epsilon`` finite and > 0 when a mechanism is on, and for
+    ``dp="gaussian"``: ``0 < delta < 1`` and ``clip`` finite and > 0.  Values may be scalars or
+    arrays (sweeps: every entry is checked); they must be concrete, not traced.
+
+    Warns (``UserWarning``) when ``dp="gaussian"`` has ``epsilon >= 1``: the classic calibration's
+    guarantee is then nominal.
+    """
+    ldp = "none" if ldp is None else ldp
+    dp = "none" if dp is None else dp
+    if ldp not in LDP_NAMES:
+        raise ValueError(f"unknown ldp={ldp!r}; use one of {', '.join(map(repr, LDP_NAMES))}")
+    if dp not in DPS:
+        raise ValueError(f"unknown dp={dp!r}; use one of {', '.join(map(repr, DPS))}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm={algorithm!r}; use one of {', '.join(map(repr, ALGORITHMS))}")
+    if algorithm == "fedlf":
+        client_grad = "full" if client_grad is None else client_grad
+        if client_grad not in CLIENT_GRADS:
+            raise ValueError(f"unknown client_grad={client_grad!r} for algorithm='fedlf'; "
+                             f"use 'full' or 'local'")
+    if ldp != "none" and dp != "none":
+        raise ValueError(f"ldp={ldp!r} and dp={dp!r} are both on; choose one privacy mechanism "
+                         f"(set ldp='none' or dp='none')")
+    if ldp == "none" and dp == "none":
+        return
+    option, value = ("ldp", ldp) if ldp != "none" else ("dp", dp)
+    if algorithm == "fedlf" and client_grad != "local":
+        raise ValueError(
+            f"{option}={value!r} cannot be used with algorithm='fedlf' and client_grad={client_grad!r}: "
+            f"that client uploads its full-batch gradient, not a model, and {option} perturbs an "
+            f"uploaded model; use client_grad='local' or {option}='none'")
+
+    eps = _as_array("epsilon", epsilon, f"set epsilon to a finite privacy budget > 0 for {option}={value!r}")
+    if not (np.all(np.isfinite(eps)) and np.all(eps > 0)):
+        raise ValueError(f"epsilon={epsilon!r} must be finite and > 0 for {option}={value!r}; "
+                         f"set a positive privacy budget, e.g. epsilon=2")
+    if dp == "gaussian":
+        d = _as_array("delta", delta, "set delta in (0, 1) for dp='gaussian', e.g. delta=1e-5")
+        if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(d < 1)):
+            raise ValueError(f"delta={delta!r} must lie strictly between 0 and 1 for dp='gaussian'; "
+                             f"use e.g. delta=1e-5 (well below 1/number of records)")
+        cl = _as_array("clip", clip, "set clip, the L2 bound of each client update, e.g. clip=1.0")
+        if not (np.all(np.isfinite(cl)) and np.all(cl > 0)):
+            raise ValueError(f"clip={clip!r} must be finite and > 0 for dp='gaussian' (the L2 norm bound "
+                             f"of each client's update); use e.g. clip=1.0")
+        if np.any(eps >= 1):
+            warnings.warn(
+                f"dp='gaussian' with epsilon={float(np.max(eps)):g} >= 1: the classic calibration "
+                f"sigma = clip*sqrt(2 ln(1.25/delta))/epsilon is proven only for epsilon < 1, so the "
+                f"(epsilon, delta) guarantee is nominal here (see docs/privacy.md)",
+                UserWarning, stacklevel=2)
+

@@ -1,9 +1,14 @@
-"""The federated round: one pure function, compiled once, used by every algorithm (DESIGN §1, §2).
+"""The federated round: one pure function, compiled once, used by every algorithm (docs/algorithms.md).
 
 ``round_step(spec, state, hp, data)`` samples ``m`` clients with ``jax.random``, gathers their
 (padded) index rows, runs every sampled client's local update vmapped, applies the privacy
 mechanism, lets the algorithm's server function aggregate, and returns the new state and the
-round's metrics. ``run_rounds`` scans it; the run loop jits that scan once per chunk length.
+round's metrics. ``run_rounds`` scans it; :mod:`fedalf_jax.sim.train` adds the evaluation.
+
+Under ``jax.vmap`` over runs (a sweep), the clients of all runs are batched together, while the
+algorithm's server function runs once per run (:func:`per_run`), exactly as in a single run: the
+server's reductions and QP loops would otherwise change their float summation order or share one
+convergence loop across runs, and a sweep's runs would no longer equal the single runs bit for bit.
 """
 
 from __future__ import annotations
@@ -139,9 +144,9 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
     weights = n_sel.astype(jnp.float32) / jnp.sum(n_sel)
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
                     hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate)
-    new_theta, sstate, info = alg.server(s_in)
+    new_theta, sstate, info = per_run(alg.server)(s_in)
     variables = {"params": new_theta}
-    if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg (DESIGN §6)
+    if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg
         variables["batch_stats"] = T.weighted_sum(outs.stats, weights)
     duals = T.put(state.duals, sel, outs.dual) if alg.has_dual else state.duals
     model_c, layer_c = conflicts(spec, outs.delta, T.sub(theta, new_theta))
@@ -172,9 +177,37 @@ def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
     return server_step(spec, state, sel, n, outs, hp)
 
 
-def run_rounds(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData, length: int):
-    """``length`` rounds as one ``lax.scan``; metrics are stacked along a leading round axis."""
-    return jax.lax.scan(lambda s, _: round_step(spec, s, hp, data), state, None, length=length)
+def run_rounds(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData, length: int, *, tick=None):
+    """``length`` rounds as one ``lax.scan``; metrics are stacked along a leading round axis.
+
+    ``tick(round)``, if given, is called on the host after every round (``jax.debug.callback``;
+    under ``vmap`` once per run): progress bars move while the compiled chunk runs.
+    """
+    def body(s, _):
+        s, metrics = round_step(spec, s, hp, data)
+        if tick is not None:
+            jax.debug.callback(tick, s.round)
+        return s, metrics
+    return jax.lax.scan(body, state, None, length=length)
+
+
+def per_run(f):
+    """``f`` unchanged, except that under ``jax.vmap`` it runs once per mapped element (``lax.map``).
+
+    Used for the server step: a vmapped sweep then computes every run's server exactly as the single
+    run does (same shapes, same reduction order, its own QP loop), so sweep and run agree bit for bit.
+    The server is a few percent of a round, so mapping it costs a sweep little.
+    """
+    g = jax.custom_batching.custom_vmap(f)
+
+    @g.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        args = jax.tree_util.tree_map(
+            lambda b, x: x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x)), list(in_batched), list(args))
+        out = jax.lax.map(lambda a: g(*a), tuple(args))
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return g
 
 
 METRIC_KEYS = ("model_conflicts", "layer_conflicts", "client_loss") + SERVER_INFO

@@ -1,0 +1,158 @@
+"""From a :class:`Config` to what the compiled round needs: data on the device, the round's static
+spec, the algorithm, the traced hyper-parameters and the initial state (host side, once per run).
+
+A sweep builds the spec once per discrete combination and one set of index rows per run; the data
+pool is loaded once per process (:func:`load_pool` is cached).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..problem.data import load_dataset
+from ..problem.models import make_model
+from ..problem.partitions import make_partition, pad_indices
+from ..sim import algorithms as A
+from ..sim.fairness import module_layers, tensor_layers
+from ..sim.round import ClientData, RoundSpec, default_client_map
+from .config import Config, ConfigError
+
+
+def hparams(cfg: Config) -> A.HParams:
+    """The numeric hyper-parameters as float32 scalars (traced, so runs can be vmapped over them)."""
+    f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    return A.HParams(f(cfg.lr), f(cfg.lr_decay), f(cfg.resolved_server_lr), f(cfg.resolved_server_lr_decay),
+                     f(cfg.mu), f(cfg.rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip))
+
+
+def algorithm(cfg: Config, layer_of) -> A.Algorithm:
+    """The algorithm's keyword factory called with the config's static choices."""
+    fair = dict(history=cfg.resolved_history, merge_tol=cfg.merge_tol, qp_method=cfg.qp_method)
+    kw = {
+        "fedadmm": dict(server_target=cfg.server_target, dual_from=cfg.dual_from),
+        "fedlf": dict(client_grad=cfg.client_grad, **fair),
+        "fedalf": dict(server_target=cfg.server_target, dual_from=cfg.dual_from, **fair),
+    }.get(cfg.algorithm, {})
+    factory = A.FACTORIES[cfg.algorithm]
+    return factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
+
+
+def layer_ids(params, layers: str):
+    return module_layers(params) if layers == "module" else tensor_layers(params)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pool:
+    """The pooled examples (train then test) of a dataset, on the host."""
+
+    x: np.ndarray
+    y: np.ndarray          # int32
+    y_train: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    source: str
+
+
+@functools.lru_cache(maxsize=4)
+def _pool(dataset, data_dir, data_source, synthetic_like, synthetic_train, synthetic_test, seed, env) -> Pool:
+    ds = load_dataset(dataset, data_dir=data_dir, source=data_source, synthetic_like=synthetic_like,
+                      synthetic_train=synthetic_train, synthetic_test=synthetic_test, seed=seed)
+    x = np.concatenate([ds.x_train, ds.x_test])
+    y = np.concatenate([ds.y_train, ds.y_test]).astype(np.int32)
+    return Pool(x, y, ds.y_train, ds.y_test, ds.num_classes, ds.source)
+
+
+def pool_key(cfg: Config) -> tuple:
+    """What the data pool depends on (the seed only for generated data)."""
+    return (cfg.dataset, cfg.data_dir, cfg.data_source, cfg.synthetic_like, cfg.synthetic_train,
+            cfg.synthetic_test, cfg.seed if cfg.dataset == "synthetic" else 0, os.environ.get("FEDALF_DATA_DIR"))
+
+
+def load_pool(cfg: Config) -> Pool:
+    return _pool(*pool_key(cfg))
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """Every client's padded index rows into the pool, and the partition they came from."""
+
+    train_idx: np.ndarray
+    train_n: np.ndarray
+    test_idx: np.ndarray
+    test_n: np.ndarray
+    partition: Any
+
+
+def client_rows(cfg: Config, pool: Pool) -> Rows:
+    like = cfg.synthetic_like if cfg.dataset == "synthetic" else cfg.dataset
+    part = make_partition(pool.y_train, pool.y_test, cfg.clients, cfg.partition, assign=cfg.assign,
+                          alpha=cfg.alpha, seed=cfg.seed, dataset=like)
+    tr_idx, tr_n = pad_indices(part.train_idx)
+    te_idx, te_n = pad_indices(part.test_idx)
+    if tr_n.min() < 1 or te_n.min() < 1:
+        raise ConfigError(f"some client has no local train or test data (min train {tr_n.min()}, "
+                          f"min test {te_n.min()}); use fewer --clients or another --partition")
+    return Rows(tr_idx, tr_n, te_idx, te_n, part)
+
+
+def make_spec(cfg: Config, pool: Pool) -> RoundSpec:
+    """The round's static part: model, algorithm, shapes, privacy choice, client mapping."""
+    model = make_model(cfg.model, num_classes=pool.num_classes, input_shape=pool.x.shape[1:],
+                       conv_impl=cfg.conv_impl)
+    params_shape = jax.eval_shape(model.init, jax.random.PRNGKey(0))["params"]
+    layer_of = layer_ids(params_shape, cfg.layers)
+    return RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,
+                     clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs,
+                     batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, dp=cfg.dp,
+                     client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
+
+
+def warn_privacy(cfg: Config) -> None:
+    """One-line warnings where a run's privacy guarantee is weaker than its options suggest."""
+    cfg.check_privacy()  # warns (once) where a guarantee is only nominal
+    private = cfg.ldp != "none" or cfg.dp != "none"
+    if private and cfg.algorithm in ("fedadmm", "fedalf") and cfg.dual_from == "local":
+        warnings.warn("dual_from=local (the paper's protocol): the ADMM dual is updated from the un-noised "
+                      "model and the upload reveals it, so the privacy guarantee does not cover this run; "
+                      "--dual-from perturbed keeps it (docs/privacy.md)", UserWarning, stacklevel=2)
+
+
+def pad_rows(idx: np.ndarray, length: int) -> np.ndarray:
+    """Index rows padded with zeros to ``length`` columns (padding is masked by the counts)."""
+    return np.pad(idx, ((0, 0), (0, length - idx.shape[1])))
+
+
+def device_data(pool: Pool, rows: Rows, *, train_len: int | None = None, test_len: int | None = None) -> ClientData:
+    tr = rows.train_idx if train_len is None else pad_rows(rows.train_idx, train_len)
+    te = rows.test_idx if test_len is None else pad_rows(rows.test_idx, test_len)
+    return ClientData(*(jnp.asarray(a) for a in (pool.x, pool.y, tr, rows.train_n, te, rows.test_n)))
+
+
+@dataclasses.dataclass
+class Experiment:
+    """One run, built: its config, the round spec, hyper-parameters, device data and partition."""
+
+    cfg: Config
+    spec: RoundSpec
+    hp: A.HParams
+    data: ClientData
+    partition: Any
+    labels: np.ndarray
+    source: str
+
+
+def build(cfg: Config) -> Experiment:
+    """Load data, partition it, build the model and the round for ``cfg`` (host side, once)."""
+    warn_privacy(cfg)
+    pool = load_pool(cfg)
+    rows = client_rows(cfg, pool)
+    return Experiment(cfg, make_spec(cfg, pool), hparams(cfg), device_data(pool, rows), rows.partition,
+                      pool.y, pool.source)

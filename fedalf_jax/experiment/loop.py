@@ -1,0 +1,323 @@
+"""The run loop: compiled chunks of rounds with their evaluation, run directories, checkpoints.
+
+One loop serves ``fedalf run`` (one run) and ``fedalf sweep`` (``jax.vmap`` of the same chunk over a
+leading run axis). Python touches the device once per chunk of ``eval_every`` rounds: the chunk
+(:func:`fedalf_jax.sim.train.make_chunk`) scans the rounds and evaluates every client inside one
+program. Round ``t`` draws its randomness from ``fold_in(run_key, t)``, so a run is reproducible from
+its ``config.json`` and resumable from any checkpoint with identical metrics. Checkpoints are written
+by a background thread, so they never hold up the rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import queue
+import threading
+import time
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..sim.round import RunState, init_state
+from ..sim.train import make_chunk, train_losses
+from . import metrics as M
+from .build import build
+from .config import Config, ConfigError
+from .progress import Progress
+from .rundir import RunDir, scalars_of
+
+
+class Program:
+    """The compiled chunk programs of one round spec, for one run or a vmapped batch of runs.
+
+    ``data_axes``: for a batch, the ``in_axes`` of the :class:`ClientData` (the pool shared, the index
+    rows per run). Programs are compiled on first use: one per chunk length, and one for the train loss.
+    """
+
+    def __init__(self, spec, *, batched: bool = False, data_axes=None, progress: Optional[Progress] = None):
+        self.spec = spec
+        self.batched = batched
+        self.data_axes = data_axes
+        self.progress = progress
+        self.compile_s = 0.0
+        self._compiled: dict = {}
+
+    def _jit(self, fn, in_axes):
+        return jax.jit(jax.vmap(fn, in_axes=in_axes) if self.batched else fn)
+
+    def _compile(self, key, make, args):
+        if key not in self._compiled:
+            if self.progress is not None:
+                self.progress.compiling(True)
+            t0 = time.perf_counter()
+            try:
+                self._compiled[key] = make().lower(*args).compile()
+            finally:
+                if self.progress is not None:
+                    self.progress.compiling(False)
+            self.compile_s += time.perf_counter() - t0
+        return self._compiled[key]
+
+    def compiled(self, length: int, state, hp, data):
+        """The chunk of ``length`` rounds (0: evaluation only) with its test evaluation."""
+        tick = self.progress.tick if self.progress is not None else None
+        make = lambda: self._jit(make_chunk(self.spec, length, tick=tick), (0, 0, self.data_axes))  # noqa: E731
+        return self._compile(("chunk", length), make, (state, hp, data))
+
+    def train_loss(self, state, hp, data):
+        """``[N]`` (or ``[W, N]``) train losses of the current global model(s)."""
+        make = lambda: self._jit(lambda s, h, d: train_losses(self.spec, s, h, d), (0, 0, self.data_axes))  # noqa: E731
+        return self._compile(("train_loss",), make, (state, hp, data))(state, hp, data)
+
+    def __call__(self, state, hp, data, length: int):
+        return self.compiled(length, state, hp, data)(state, hp, data)
+
+
+class Checkpointer:
+    """Writes checkpoints on a background thread (one at a time, in order)."""
+
+    def __init__(self):
+        self._q: queue.Queue = queue.Queue()
+        self._err: Optional[BaseException] = None
+        self._t = threading.Thread(target=self._work, daemon=True)
+        self._t.start()
+
+    def _work(self):
+        while True:
+            job = self._q.get()
+            if job is None:
+                self._q.task_done()
+                return
+            try:
+                job()
+            except BaseException as e:  # reported by wait()
+                self._err = e
+            self._q.task_done()
+
+    def submit(self, job) -> None:
+        self._q.put(job)
+
+    def wait(self) -> None:
+        self._q.join()
+        if self._err is not None:
+            err, self._err = self._err, None
+            raise err
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._t.join()
+
+
+class Schedule:
+    """When to checkpoint: every N rounds or every S seconds (``checkpoint_every``), and at the end."""
+
+    def __init__(self, cfg: Config, start: int):
+        self.kind, self.every = cfg.checkpoint_policy
+        self.last_round, self.last_time = start, time.monotonic()
+
+    def due(self, t: int, final: bool) -> bool:
+        if final:
+            return True
+        if self.kind == "rounds":
+            return t - self.last_round >= self.every
+        return time.monotonic() - self.last_time >= self.every
+
+    def done(self, t: int) -> None:
+        self.last_round, self.last_time = t, time.monotonic()
+
+
+@dataclasses.dataclass
+class Slot:
+    """One run in a program call: its config, directory, writers and what it has produced."""
+
+    cfg: Config
+    rundir: Optional[RunDir] = None
+    writers: list = dataclasses.field(default_factory=list)
+    rows: list = dataclasses.field(default_factory=list)
+    status: str = "running"
+    message: str = ""
+    retired: bool = False  # a diverged run whose slot no longer counts
+    t0: float = dataclasses.field(default_factory=time.perf_counter)
+
+    @property
+    def live(self) -> bool:
+        return self.status == "running"
+
+
+def eval_row(t: int, out, train_loss, sec: float) -> dict:
+    """One evaluation row from a chunk's output and the train losses (or None), host arrays of one run."""
+    rounds, ev = out
+    acc = np.asarray(ev.acc, np.float64)
+    row = {"round": t, **M.summarize(acc), "test_loss": float(np.mean(ev.test_loss)),
+           "train_loss": math.nan if train_loss is None else float(np.mean(train_loss)), "seconds_per_round": sec}
+    row.update({k: float(np.mean(v)) if np.size(v) else math.nan for k, v in rounds.items()})
+    row["acc"] = acc
+    return row
+
+
+def _take(tree, i: int):
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
+
+
+def _copy_slot(tree, dst: int, src: int):
+    return jax.tree_util.tree_map(lambda x: x.at[dst].set(x[src]), tree)
+
+
+def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, start: int,
+          progress: Optional[Progress] = None, on_row=None) -> None:
+    """Run every slot's rounds from ``start`` to its config's ``rounds`` (all slots share the static
+    options). ``slots[i] is None`` marks a padding slot of a batch (its results are dropped). A run
+    whose test loss stops being finite is marked diverged; in a batch its slot then recomputes a
+    live run (results dropped) so that no NaN loop slows the others. ``on_row(slot, row)`` is called
+    after each evaluation."""
+    batched = program.batched
+    cfg = next(s for s in slots if s is not None).cfg
+    width = len(slots)
+    schedule = Schedule(cfg, start)
+    ckpt = Checkpointer()
+
+    def record(t, out, tl, sec):
+        for i, slot in enumerate(slots):
+            if slot is None or not slot.live:
+                continue
+            one = (lambda x: _take(x, i)) if batched else (lambda x: x)
+            row = eval_row(t, one(out), None if tl is None else one(tl), sec)
+            slot.rows.append(row)
+            for w in slot.writers:
+                w.write_scalars(t, scalars_of(row))
+            if not math.isfinite(row["test_loss"]):
+                slot.status = "diverged"
+                slot.message = (f"the global model diverged by round {t} (test loss not finite); "
+                                f"lower --lr or --server-lr")
+            if on_row is not None:
+                on_row(slot, row)
+
+    try:
+        if start == 0:
+            state, out = program(state, hp, data, 0)
+            record(0, jax.device_get(out), jax.device_get(program.train_loss(state, hp, data)), math.nan)
+        t = start
+        while t < cfg.rounds and any(s is not None and s.live for s in slots):
+            length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)
+            t_next = t + length
+            want_tl = t_next % cfg.train_loss_every == 0 or t_next == cfg.rounds
+            fn = program.compiled(length, state, hp, data)
+            live = sum(1 for s in slots if s is not None and s.live)
+            if progress is not None:
+                progress.begin_call(live, width)
+            t0 = time.perf_counter()
+            state, out = fn(state, hp, data)
+            out = jax.device_get(out)
+            sec = (time.perf_counter() - t0) / length
+            if progress is not None:
+                progress.end_call(length)
+            tl = jax.device_get(program.train_loss(state, hp, data)) if want_tl else None
+            t = t_next
+            record(t, out, tl, sec)
+            state = _retire_diverged(slots, state, hp, data, batched, progress, t)
+            if schedule.due(t, t == cfg.rounds):
+                _checkpoint(ckpt, slots, state, batched)
+                schedule.done(t)
+        ckpt.wait()
+    finally:
+        ckpt.close()
+        for slot in slots:
+            if slot is not None:
+                _finish(slot, program.compile_s)
+
+
+def _retire_diverged(slots, state, hp, data, batched, progress, t):
+    """Slots that diverged this chunk: count their remaining rounds as done, and in a batch point
+    their slot at a live run so the program keeps computing finite numbers."""
+    for i, slot in enumerate(slots):
+        if slot is None or slot.status != "diverged" or slot.retired:
+            continue
+        slot.retired = True
+        if progress is not None:
+            progress.advance(slot.cfg.rounds - t)
+        if batched:
+            src = next((j for j, s in enumerate(slots) if s is not None and s.live), None)
+            if src is not None:
+                state = _copy_slot(state, i, src)
+    return state
+
+
+def _checkpoint(ckpt: Checkpointer, slots, state, batched: bool) -> None:
+    for i, slot in enumerate(slots):
+        if slot is None or slot.rundir is None or not slot.live:
+            continue
+        s = _take(state, i) if batched else state
+        ckpt.submit(lambda rd=slot.rundir, s=s: rd.save_checkpoint(s))
+
+
+def _finish(slot: Slot, compile_s: float) -> None:
+    for w in slot.writers:
+        w.close()
+    slot.writers = []
+    if not slot.rows or (slot.status == "running" and slot.rows[-1]["round"] < slot.cfg.rounds):
+        return  # interrupted (or nothing ran): no summary, so the run stays resumable
+    if slot.status == "running":
+        slot.status = "done"
+    if slot.rundir is None:
+        return
+    last = slot.rows[-1]
+    summary = {"status": slot.status, "rounds": slot.cfg.rounds, "round": last["round"],
+               "final": {k: v for k, v in last.items() if k != "acc"},
+               "compile_s": compile_s, "wall_s": time.perf_counter() - slot.t0}
+    if slot.message:
+        summary["message"] = slot.message
+    slot.rundir.write_summary(summary)
+
+
+# ---- one run ------------------------------------------------------------------------------------
+
+def rows_of(rd: RunDir) -> list[dict]:
+    """The evaluation rows of a run directory, as :func:`run` returns them."""
+    m = rd.metrics()
+    acc = rd.client_accuracies(m)
+    keys = [k for k in m if not k.startswith("acc_")]
+    return [{**{k: (int(m[k][j]) if k == "round" else float(m[k][j])) for k in keys}, "acc": acc[j]}
+            for j in range(len(m.get("round", [])))]
+
+
+def run(cfg: Config, *, progress: bool = True, resume: bool = False) -> list[dict]:
+    """Run ``cfg`` (writing a run directory when ``cfg.out`` is set); returns one dict per evaluation.
+
+    ``resume``: continue from the checkpoint in ``cfg.out`` (from round 0 when there is none yet).
+    Raises ``FloatingPointError`` if the model diverges (after writing ``summary.json``).
+    """
+    exp = build(cfg)
+    state = init_state(exp.spec, cfg.seed)
+    start = 0
+    rd = RunDir(cfg.out) if cfg.out else None
+    slot = Slot(cfg, rd)
+    if rd is not None:
+        rd.create()
+        if resume and rd.has_checkpoint():
+            state = rd.load_checkpoint(state)
+            start = int(state.round)
+            if start > cfg.rounds:
+                raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
+            if start == cfg.rounds and rd.status() == "done":
+                return rows_of(rd)  # nothing left to run
+        rd.clear_summary()
+        rd.write_config(cfg)
+        rd.write_clients(exp.source, exp.partition.summary(exp.labels))
+        slot.writers = rd.writers(cfg, keep_upto=start if start else None)
+    bar = Progress(cfg.rounds, initial=start, enabled=progress, desc="fedalf run")
+    prog = Program(exp.spec, progress=bar)
+
+    def show(slot, row):
+        bar.postfix(acc=f"{row['mean_acc']:.4f}", angle=f"{row['angle_deg']:.2f}°",
+                    s_round=f"{row['seconds_per_round']:.3f}")
+
+    try:
+        train(prog, [slot], state, exp.hp, exp.data, start=start, progress=bar, on_row=show)
+    finally:
+        bar.close()
+    if slot.status == "diverged":
+        raise FloatingPointError(slot.message)
+    return slot.rows

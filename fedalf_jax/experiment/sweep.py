@@ -1,0 +1,245 @@
+"""``fedalf sweep``: many runs, one compiled program per discrete combination.
+
+Runs that differ only in their seed and continuous hyper-parameters (``config.CONTINUOUS``: lr, ρ,
+μ, q, ε, ...) share a round spec; they run as ``jax.vmap`` of the run loop's chunk over a leading run
+axis, ``chunk`` runs per program call (``--sweep-chunk``). The data pool sits on the device once; each
+run has its own index rows (its seed's partition), padded to one length, its own state and its own
+hyper-parameters. Each discrete combination (algorithm, partition, model, privacy mechanism, ...) is
+its own program.
+
+Every run writes the run directory ``fedalf run`` would write, under ``out/<name>``; ``out/sweep.json``
+lists them. A run of a sweep gives the metrics of the single ``fedalf run`` with the same config bit
+for bit (tests/test_sweep.py): clients are batched across runs, and each run's server step runs on its
+own (:func:`fedalf_jax.sim.round.per_run`). ``resume=True`` finishes the runs that have no
+``summary.json``, each from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Iterable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..sim.round import ClientData, init_state
+from .build import client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
+from .config import CONTINUOUS, Config, ConfigError
+from .loop import Program, Slot, train
+from .progress import Progress
+from .rundir import RunDir, read_sweep, write_sweep
+
+_SHORT = {"lr": "lr", "lr_decay": "lrdecay", "server_lr": "slr", "server_lr_decay": "slrdecay", "mu": "mu",
+          "rho": "rho", "q": "q", "epsilon": "eps", "delta": "delta", "clip": "clip"}
+_BARE = ("algorithm", "dataset", "partition", "model")  # values readable without their key
+
+
+def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Config]:
+    """Every combination of ``grid``'s values (and every seed) on top of ``base``, validated."""
+    keys = list(grid)
+    out, seen = [], set()
+    for values in itertools.product(*(grid[k] for k in keys)):
+        for seed in seeds:
+            cfg = Config.from_dict({**base, **dict(zip(keys, values)), "seed": seed, "out": None})
+            k = json.dumps(cfg.to_dict(), sort_keys=True)
+            if k not in seen:
+                seen.add(k)
+                out.append(cfg)
+    return out
+
+
+def static_key(cfg: Config) -> str:
+    """What must be equal for runs to share one program: everything but seed and continuous values."""
+    d = cfg.to_dict()
+    for k in (*CONTINUOUS, "seed", "out"):
+        d.pop(k)
+    return json.dumps(d, sort_keys=True)
+
+
+def run_names(configs: list[Config]) -> list[str]:
+    """Readable, unique directory names from the options that vary across ``configs``."""
+    dicts = [c.to_dict() for c in configs]
+    varying = [k for k in dicts[0] if k not in ("out",) and len({json.dumps(d[k]) for d in dicts}) > 1]
+    names = []
+    for d in dicts:
+        parts = [d["algorithm"]]
+        for k in varying:
+            v = d[k]
+            if k == "algorithm":
+                continue
+            if k == "seed":
+                parts.append(f"seed{v}")
+            elif k in _BARE:
+                parts.append(str(v))
+            elif isinstance(v, bool) or v is None:
+                parts.append(f"{k}-{'default' if v is None else ('on' if v else 'off')}")
+            elif isinstance(v, str):
+                parts.append(f"{k}-{v}")
+            else:
+                parts.append(f"{_SHORT.get(k, k)}{v:g}")
+        names.append(re.sub(r"[^A-Za-z0-9_.+=-]", "-", "_".join(parts)))
+    counts: dict[str, int] = {}
+    unique = []
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+        unique.append(n if counts[n] == 1 else f"{n}_{counts[n]}")
+    return unique
+
+
+def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None) -> None:
+    """Write ``out/sweep.json`` for ``configs`` (refusing a folder that already holds a sweep)."""
+    root = Path(out)
+    if (root / "sweep.json").exists():
+        raise ConfigError(f"{root} already holds a sweep; finish it with fedalf sweep --resume --out {root}, "
+                          f"or choose another --out")
+    RunDir(root).create()
+    runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
+    write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
+
+
+def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,
+          meta: Optional[dict] = None) -> list[dict]:
+    """Plan and run a sweep of ``configs`` under ``out``; returns one result dict per run."""
+    if not configs:
+        raise ConfigError("the sweep has no runs")
+    plan(configs, out, meta)
+    return resume(out, chunk=chunk, progress=progress)
+
+
+def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = True) -> list[dict]:
+    """Run every run of the sweep in ``out`` that has not ended (from its checkpoint, if any)."""
+    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+        raise ConfigError(f"--sweep-chunk must be a positive integer, got {chunk!r}")
+    root = Path(out)
+    entries = read_sweep(root)["runs"]
+    todo = []
+    for e in entries:
+        rd = RunDir(root / e["dir"])
+        if rd.status() not in ("done", "diverged"):
+            cfg = Config.from_dict({**e["config"], "out": str(rd.path)})
+            todo.append((cfg, rd))
+    groups: dict[str, list] = {}
+    for cfg, rd in todo:
+        groups.setdefault(static_key(cfg), []).append((cfg, rd))
+    state = {"done": len(entries) - len(todo), "best": -math.inf, "total": len(entries)}
+    _best_of_finished(entries, root, state)
+    plans = [_Group(members) for members in groups.values()]
+    bar = Progress(sum(g.remaining for g in plans), enabled=progress, desc="fedalf sweep")
+    try:
+        for group in plans:
+            group.run(chunk, bar, state)
+    finally:
+        bar.close()
+    return results(root)
+
+
+def _best_of_finished(entries, root, state) -> None:
+    for e in entries:
+        s = RunDir(root / e["dir"]).summary()
+        if s is not None and s.get("status") == "done":
+            state["best"] = max(state["best"], s["final"]["mean_acc"])
+
+
+def results(out: str | Path) -> list[dict]:
+    """Name, directory, status and final metrics of every run of the sweep in ``out``."""
+    root = Path(out)
+    res = []
+    for e in read_sweep(root)["runs"]:
+        rd = RunDir(root / e["dir"])
+        s = rd.summary() or {}
+        res.append({"name": e["name"], "dir": str(rd.path), "status": rd.status(), "final": s.get("final")})
+    return res
+
+
+class _Group:
+    """The pending runs of one discrete combination: one spec, one program, calls of ``chunk`` runs.
+
+    ``members``: ``(config, RunDir or None)`` pairs that share :func:`static_key`.
+    """
+
+    def __init__(self, members: list):
+        self.members = members
+        cfg0 = members[0][0]
+        warn_privacy(cfg0)
+        self.pools = [load_pool(c) for c, _ in members]
+        self.shared_pool = len({pool_key(c) for c, _ in members}) == 1
+        self.spec = make_spec(cfg0, self.pools[0])
+        self.rows = [client_rows(c, p) for (c, _), p in zip(members, self.pools)]
+        self.train_len = max(r.train_idx.shape[1] for r in self.rows)
+        self.test_len = max(r.test_idx.shape[1] for r in self.rows)
+        self.axes = ClientData(None if self.shared_pool else 0, None if self.shared_pool else 0, 0, 0, 0, 0)
+        self.starts = [rd.checkpoint_round() if rd is not None and rd.has_checkpoint() else 0 for _, rd in members]
+        self.remaining = sum(c.rounds - s for (c, _), s in zip(members, self.starts))
+
+    def run(self, chunk: Optional[int], bar: Progress, state: dict) -> None:
+        by_start: dict[int, list[int]] = {}
+        for i, s in enumerate(self.starts):
+            by_start.setdefault(s, []).append(i)
+        width = min(chunk or len(self.members), len(self.members))
+        program = Program(self.spec, batched=True, data_axes=self.axes, progress=bar)
+
+        def on_row(slot, row):
+            if row["round"] == slot.cfg.rounds and math.isfinite(row["mean_acc"]):
+                state["best"] = max(state["best"], row["mean_acc"])
+                state["done"] += 1
+            bar.postfix(runs=f"{state['done']}/{state['total']}",
+                        best=f"{state['best']:.4f}" if state["best"] > -math.inf else "-")
+
+        for start, idx in sorted(by_start.items()):
+            for k in range(0, len(idx), width):
+                part = idx[k:k + width]
+                slots_idx = part + [part[0]] * (width - len(part))  # padding slots repeat a run
+                slots = [self._slot(i) for i in part] + [None] * (width - len(part))
+                train(program, slots, *self.inputs(slots_idx), start=start, progress=bar, on_row=on_row)
+                for s in slots:
+                    if s is not None and s.status == "diverged":
+                        state["done"] += 1
+
+    def inputs(self, idx: list[int]):
+        """The stacked ``(state, hp, data)`` of the runs ``idx`` (a program call's slots)."""
+        return (self._stack([self._state(i) for i in idx]), self._stack([hparams(self.members[i][0]) for i in idx]),
+                self._data(idx))
+
+    def single_inputs(self, i: int):
+        """``(state, hp, data)`` of run ``i`` alone, as ``fedalf run`` would build them (rows padded to the
+        group's lengths)."""
+        cfg = self.members[i][0]
+        return self._state(i), hparams(cfg), device_data(self.pools[i], self.rows[i], train_len=self.train_len,
+                                                         test_len=self.test_len)
+
+    def _state(self, i: int):
+        cfg, rd = self.members[i]
+        if self.starts[i]:
+            return rd.load_checkpoint(jax.eval_shape(lambda: init_state(self.spec, cfg.seed)))
+        return init_state(self.spec, cfg.seed)
+
+    def _slot(self, i: int) -> Slot:
+        cfg, rd = self.members[i]
+        start = self.starts[i]
+        rd.create()
+        rd.clear_summary()
+        rd.write_config(cfg)
+        rd.write_clients(self.pools[i].source, self.rows[i].partition.summary(self.pools[i].y))
+        return Slot(cfg, rd, writers=rd.writers(cfg, keep_upto=start if start else None))
+
+    @staticmethod
+    def _stack(trees):
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
+
+    def _data(self, idx: list[int]) -> ClientData:
+        rows = [self.rows[i] for i in idx]
+        tr = np.stack([pad_rows(r.train_idx, self.train_len) for r in rows])
+        te = np.stack([pad_rows(r.test_idx, self.test_len) for r in rows])
+        if self.shared_pool:
+            x, y = self.pools[0].x, self.pools[0].y
+        else:
+            x = np.stack([self.pools[i].x for i in idx])
+            y = np.stack([self.pools[i].y for i in idx])
+        return ClientData(*(jnp.asarray(a) for a in (x, y, tr, np.stack([r.train_n for r in rows]), te,
+                                                       np.stack([r.test_n for r in rows]))))

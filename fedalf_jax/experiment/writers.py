@@ -1,0 +1,96 @@
+"""Metric writers: one small interface, ``write_scalars(step, scalars)`` and ``close()``.
+
+``metrics.csv`` (:class:`CsvWriter`) is always written: the run directory, ``--resume``, ``fedalf
+report`` and the notebooks read it. ``--log tensorboard`` adds :class:`TensorBoardWriter`
+(tensorboardX, the ``tensorboard`` extra). Another backend (W&B, MLflow) is a class with the same two
+methods. Per-client accuracies (``acc_<i>`` keys) go to the CSV only.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from typing import Iterable, Protocol
+
+from .config import ConfigError
+
+PER_CLIENT_PREFIX = "acc_"
+
+
+class MetricWriter(Protocol):
+    def write_scalars(self, step: int, scalars: dict) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class CsvWriter:
+    """Rows of a fixed set of ``columns`` (the first is the step, named ``round``), flushed per row.
+
+    ``keep_upto``: continue an existing file, keeping its well-formed rows whose step is ``≤ keep_upto``
+    (a resumed run drops what was written after its checkpoint, and a line cut short by a kill).
+    """
+
+    def __init__(self, path: str | Path, columns: Iterable[str], *, keep_upto: int | None = None):
+        self.path = Path(path)
+        self.columns = list(columns)
+        kept = []
+        if keep_upto is not None and self.path.exists():
+            kept = [r for r in read_csv_rows(self.path, len(self.columns)) if int(float(r[0])) <= keep_upto]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(self.columns)
+            w.writerows(kept)
+        os.replace(tmp, self.path)
+        self._f = open(self.path, "a", newline="")
+        self._w = csv.writer(self._f)
+
+    def write_scalars(self, step: int, scalars: dict) -> None:
+        self._w.writerow([step] + [scalars.get(c, float("nan")) for c in self.columns[1:]])
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_csv_rows(path: str | Path, width: int | None = None) -> list[list[str]]:
+    """The data rows of a CSV file, without the header; rows of the wrong width are skipped."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return []
+    width = len(rows[0]) if width is None else width
+    out = []
+    for r in rows[1:]:
+        if len(r) != width:
+            continue
+        try:
+            float(r[0])
+        except ValueError:
+            continue
+        out.append(r)
+    return out
+
+
+class TensorBoardWriter:
+    """Scalars to TensorBoard event files under ``logdir`` (needs ``pip install tensorboardX``)."""
+
+    def __init__(self, logdir: str | Path):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise ConfigError("--log tensorboard needs tensorboardX: pip install tensorboardX "
+                              "(or the fedalf-jax[tensorboard] extra)") from None
+        self._w = SummaryWriter(str(logdir))
+
+    def write_scalars(self, step: int, scalars: dict) -> None:
+        for k, v in scalars.items():
+            if k.startswith(PER_CLIENT_PREFIX) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                continue
+            self._w.add_scalar(k, v, step)
+        self._w.flush()
+
+    def close(self) -> None:
+        self._w.close()

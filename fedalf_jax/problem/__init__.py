@@ -1,0 +1,1 @@
+"""The learning problem: datasets, partitions over clients, models."""

@@ -1,0 +1,273 @@
+"""Privacy mechanisms applied to what a client uploads (DESIGN §4; user guide: docs/privacy.md).
+
+Every mechanism here is a pure function of a PRNG key and a pytree, safe under ``jax.jit`` and
+``jax.vmap``.  The privacy hyper-parameters (``epsilon``, ``delta``, ``clip``) may be traced JAX
+scalars, so a sweep can ``vmap`` a whole run over them; only ``layer_of`` and ``neighbouring`` are
+static.
+
+Per-tensor quantities (local mechanisms).  For one parameter tensor ("layer") with entries ``w``::
+
+    c = (max w + min w) / 2          centre
+    r = (max w - min w) / 2          radius          (so |w - c| <= r)
+    δ = w - c                        offset of each weight
+    k = (e^ε + 1) / (e^ε - 1) = 1 / tanh(ε/2)
+
+By default every pytree leaf is its own tensor; ``layer_of`` (a pytree of static ints with the same
+structure, as in :func:`fedalf_jax.fairness.fair_direction`) makes leaves with the same id share one
+``c, r`` (``layers="module"``: kernel and bias of a module together).  Non-floating and empty leaves
+pass through unchanged.  The PRNG key is split once per leaf, in ``jax.tree_util`` leaf order.
+
+Note that ``c`` and ``r`` are deterministic functions of the raw tensor and are *not* randomised by
+either local mechanism: see docs/privacy.md for exactly what is and is not protected.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "LDP_NAMES",
+    "NEIGHBOURING",
+    "adaptive_ldp",
+    "clip_global_norm",
+    "gaussian_dp",
+    "gaussian_sigma",
+    "ldp_fl",
+    "mechanism",
+]
+
+LDP_NAMES = ("none", "adaptive", "ldp_fl")
+NEIGHBOURING = ("add_remove", "replace")
+
+PyTree = Any
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _perturbable(x) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.floating) and np.size(x) > 0
+
+
+def _compute_dtype(x):
+    # at least float32 for the arithmetic (bf16/f16 leaves), cast back at the end
+    return jnp.promote_types(jnp.result_type(x), jnp.float32)
+
+
+def _leaf_keys(key, n: int):
+    return jax.random.split(key, n)
+
+
+def _centre_radius(leaves, layer_of_leaves):
+    """Per-leaf (c, r) in the compute dtype; leaves sharing a layer id share c and r."""
+    groups: dict[Any, list[int]] = {}
+    for i, (leaf, lid) in enumerate(zip(leaves, layer_of_leaves)):
+        if _perturbable(leaf):
+            groups.setdefault(lid, []).append(i)
+    cr = [None] * len(leaves)
+    for idx in groups.values():
+        dt = _compute_dtype(leaves[idx[0]])
+        for i in idx[1:]:
+            dt = jnp.promote_types(dt, _compute_dtype(leaves[i]))
+        hi = jnp.max(jnp.stack([jnp.max(leaves[i]).astype(dt) for i in idx]))
+        lo = jnp.min(jnp.stack([jnp.min(leaves[i]).astype(dt) for i in idx]))
+        c = (hi + lo) / 2
+        r = (hi - lo) / 2
+        for i in idx:
+            cr[i] = (c, r)
+    return cr
+
+
+def _layer_ids(params, layer_of):
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    if layer_of is None:
+        return leaves, treedef, list(range(len(leaves)))
+    ids = treedef.flatten_up_to(layer_of)
+    return leaves, treedef, [int(i) for i in ids]
+
+
+def _k_factor(eps):
+    """k = (e^ε+1)/(e^ε−1) = 1/tanh(ε/2), written in the numerically stable form."""
+    return 1.0 / jnp.tanh(eps / 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# local mechanisms
+# ---------------------------------------------------------------------------------------------
+
+
+def _per_tensor(key, params: PyTree, epsilon, layer_of, draw) -> PyTree:
+    """Apply ``draw(key, w, c, r, ε, k)`` to every perturbable leaf, each with its own key and with
+    the centre ``c`` and radius ``r`` of its tensor (or of its ``layer_of`` group)."""
+    leaves, treedef, ids = _layer_ids(params, layer_of)
+    if not leaves:
+        return params
+    keys = _leaf_keys(key, len(leaves))
+    cr = _centre_radius(leaves, ids)
+    out = []
+    for i, leaf in enumerate(leaves):
+        if cr[i] is None:
+            out.append(leaf)
+            continue
+        c, r = cr[i]
+        w = jnp.asarray(leaf).astype(c.dtype)
+        eps = jnp.asarray(epsilon).astype(c.dtype)
+        out.append(draw(keys[i], w, c, r, eps, _k_factor(eps)).astype(jnp.result_type(leaf)))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> PyTree:
+    """Adaptive LDP of the source paper (LDP-FedALF), applied per tensor.
+
+    With ``c, r, δ, k`` as in the module docstring, every weight independently becomes::
+
+        w̃ = c + kδ   with probability  p = e^ε / (e^ε + 1)
+        w̃ = c − kδ   with probability  1 − p = 1 / (e^ε + 1)
+
+    ``E[w̃] = c + kδ(2p − 1) = c + kδ·tanh(ε/2) = c + δ = w`` (unbiased) and
+    ``Var[w̃] = k²δ² − δ² = δ²(k² − 1)``, which is at most LDP-FL's ``r²k² − δ²`` because
+    ``|δ| ≤ r``.
+
+    Privacy (docs/privacy.md): the output reveals ``|δ| = |w̃ − c|/k`` exactly, and ``c, r`` are not
+    randomised; only the *sign* of ``δ`` goes through randomised response with ratio ``e^ε``.  It is
+    ε-LDP for the sign of each weight, not for the weight.
+
+    ``epsilon`` may be a traced scalar.  ``layer_of``: optional pytree of static ints grouping
+    leaves that share one ``c, r`` (default: each leaf alone).
+    """
+    def draw(key, w, c, r, eps, k):
+        keep = jax.random.bernoulli(key, jax.nn.sigmoid(eps), w.shape)  # P = e^ε / (e^ε + 1)
+        kd = k * (w - c)
+        return c + jnp.where(keep, kd, -kd)
+
+    return _per_tensor(key, params, epsilon, layer_of, draw)
+
+
+def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> PyTree:
+    """LDP-FL (Sun et al., IJCAI 2021), applied per tensor.
+
+    With ``c, r, δ, k`` as in the module docstring, every weight independently becomes::
+
+        w̃ = c + rk   with probability  p(w) = [(w − c)(e^ε − 1) + r(e^ε + 1)] / [2r(e^ε + 1)]
+                                              = 1/2 + δ/(2rk)
+        w̃ = c − rk   otherwise.
+
+    ``E[w̃] = c + rk(2p − 1) = c + δ = w`` (unbiased), ``Var[w̃] = r²k² − δ²``.
+    Given ``c, r`` it is ε-LDP per weight: for any ``w, w'`` in ``[c − r, c + r]`` the probability
+    ratio of either output is at most ``[r(e^ε−1) + r(e^ε+1)] / [−r(e^ε−1) + r(e^ε+1)] = e^ε``.
+    ``c, r`` themselves are not randomised (both output values ``c ± rk`` reveal them).
+
+    A constant tensor (``r = 0``) is returned unchanged (no NaN).  ``epsilon`` may be traced.
+    """
+    def draw(key, w, c, r, eps, k):
+        positive = r > 0
+        r_safe = jnp.where(positive, r, jnp.ones_like(r))
+        p_plus = jnp.clip(0.5 + (w - c) / (2 * r_safe * k), 0.0, 1.0)
+        plus = jax.random.bernoulli(key, p_plus, w.shape)
+        rk = r * k
+        return jnp.where(positive, c + jnp.where(plus, rk, -rk), w)
+
+    return _per_tensor(key, params, epsilon, layer_of, draw)
+
+
+def _no_ldp(key, params: PyTree, epsilon=None, *, layer_of: PyTree | None = None) -> PyTree:
+    """ldp="none": the identity (the key and epsilon are ignored)."""
+    del key, epsilon, layer_of
+    return params
+
+
+_LDP = {"none": _no_ldp, "adaptive": adaptive_ldp, "ldp_fl": ldp_fl}
+
+
+def mechanism(name: str | None) -> Callable[..., PyTree]:
+    """The local mechanism called ``name``: ``"none"`` (identity), ``"adaptive"``, ``"ldp_fl"``.
+
+    Every returned function has the signature ``f(key, params, epsilon, *, layer_of=None)``.
+    """
+    key = "none" if name is None else name
+    if key not in _LDP:
+        raise ValueError(f"unknown ldp mechanism {name!r}; use one of {', '.join(map(repr, LDP_NAMES))}")
+    return _LDP[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Gaussian mechanism (DP-FedALF baseline)
+# ---------------------------------------------------------------------------------------------
+
+
+def _global_norm(tree: PyTree):
+    sq = [jnp.sum(jnp.square(x.astype(_compute_dtype(x))))
+          for x in jax.tree_util.tree_leaves(tree) if _perturbable(x)]
+    if not sq:
+        return jnp.zeros((), jnp.float32)
+    return jnp.sqrt(sum(sq))
+
+
+def clip_global_norm(update: PyTree, clip) -> PyTree:
+    """Scale ``update`` by ``min(1, clip/‖update‖₂)``, the L2 norm taken over all leaves together.
+
+    Written as ``clip / max(‖u‖, clip)`` so a zero update stays zero (no NaN).
+    """
+    norm = _global_norm(update)
+    clip = jnp.asarray(clip, norm.dtype)
+    scale = clip / jnp.maximum(norm, clip)
+    return jax.tree_util.tree_map(
+        lambda x: (x * scale).astype(jnp.result_type(x)) if _perturbable(x) else x, update)
+
+
+def gaussian_sigma(epsilon, delta, clip, *, neighbouring: str = "add_remove"):
+    """Noise std of the classic Gaussian mechanism (Dwork & Roth 2014, Thm A.1).
+
+    ``σ = Δ₂ · sqrt(2 ln(1.25/δ)) / ε`` with L2 sensitivity ``Δ₂``.  The clipped update lies in the
+    ball of radius ``clip``, so:
+
+    * ``neighbouring="add_remove"`` (default; DESIGN §4's ``σ = C·sqrt(2 ln(1.25/δ))/ε``):
+      ``Δ₂ = clip``; neighbours are the client's clipped update vs. no contribution (the zero
+      update), i.e. user-level add/remove of the client, the DP-FedAvg convention.
+    * ``neighbouring="replace"``: ``Δ₂ = 2·clip``; neighbours are any two datasets of this client
+      (any two clipped updates), i.e. the local-DP view of the upload.  σ doubles.
+
+    Theorem A.1 is proven for ``0 < ε < 1`` only; for ``ε ≥ 1`` this σ gives no proven
+    (ε, δ) guarantee (docs/privacy.md).  Arguments may be traced.
+    """
+    if neighbouring not in NEIGHBOURING:
+        raise ValueError(f"unknown neighbouring={neighbouring!r}; use 'add_remove' or 'replace'")
+    factor = 1.0 if neighbouring == "add_remove" else 2.0
+    eps = jnp.asarray(epsilon, jnp.result_type(float))
+    delta = jnp.asarray(delta, eps.dtype)
+    clip = jnp.asarray(clip, eps.dtype)
+    return factor * clip * jnp.sqrt(2.0 * jnp.log(1.25 / delta)) / eps
+
+
+def gaussian_dp(key, update: PyTree, *, epsilon, delta, clip,
+                neighbouring: str = "add_remove") -> PyTree:
+    """Gaussian mechanism on one client's update ``w_i − θ_t`` (DP-FedALF baseline).
+
+    ``ũ = clip_global_norm(u, clip) + N(0, σ² I)``, ``σ = gaussian_sigma(epsilon, delta, clip)``,
+    independent noise per coordinate (key split per leaf, in tree order).
+
+    What it covers: one round's upload of one client, (ε, δ)-DP with respect to the neighbouring
+    relation of :func:`gaussian_sigma` (default add/remove: sensitivity ``clip``), and only for
+    ``ε < 1`` (classic calibration).  No composition over rounds is accounted.
+    """
+    clipped = clip_global_norm(update, clip)
+    sigma = gaussian_sigma(epsilon, delta, clip, neighbouring=neighbouring)
+    leaves, treedef = jax.tree_util.tree_flatten(clipped)
+    if not leaves:
+        return clipped
+    keys = _leaf_keys(key, len(leaves))
+    out = []
+    for kk, x in zip(keys, leaves):
+        if not _perturbable(x):
+            out.append(x)
+            continue
+        dt = _compute_dtype(x)
+        noise = jax.random.normal(kk, jnp.shape(x), dt) * sigma.astype(dt)
+        out.append((x.astype(dt) + noise).astype(jnp.result_type(x)))
+    return jax.tree_util.tree_unflatten(treedef, out)

@@ -1,0 +1,57 @@
+"""A pure chunk of training: ``length`` rounds, then an evaluation of every client, as one program.
+
+PureJaxRL's ``make_train(config) -> train(rng)`` is the model: :func:`make_chunk` returns a pure
+function ``chunk(state, hp, data) -> (state, ChunkOut)``; a run is a Python loop over chunks between
+evaluations, and a sweep is ``jax.vmap(chunk)`` over a leading run axis of ``state``, ``hp`` and the
+clients' index rows (the data pool is shared). ``data`` is an argument rather than a closure so
+that the pool is not baked into the compiled program as a constant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .client import evaluate_clients
+from .round import METRIC_KEYS, ClientData, RoundSpec, RunState, run_rounds
+
+
+class EvalOut(NamedTuple):
+    """The global model on every client's own test split."""
+
+    acc: Any         # [N] accuracy
+    test_loss: Any   # [N] mean cross-entropy
+
+
+class ChunkOut(NamedTuple):
+    rounds: Any      # dict of per-round metrics, each [length] (METRIC_KEYS)
+    eval: EvalOut    # after the chunk's last round
+
+
+def evaluate(spec: RoundSpec, variables, data: ClientData) -> EvalOut:
+    """Accuracy and loss of ``variables`` on every client's test split."""
+    return EvalOut(*evaluate_clients(spec.model, variables, data.x, data.y, data.test_idx, data.test_n))
+
+
+def train_losses(spec: RoundSpec, state: RunState, hp, data: ClientData):
+    """``[N]``: each client's mean cross-entropy on its train split at the global model. It passes over
+    every training sample (6× the test split on FMNIST), so the run loop makes it a program of its own
+    and calls it on the ``train_loss_every`` cadence, not at every evaluation."""
+    del hp
+    return evaluate_clients(spec.model, state.variables, data.x, data.y, data.train_idx, data.train_n)[1]
+
+
+def make_chunk(spec: RoundSpec, length: int, *, tick=None):
+    """``chunk(state, hp, data) -> (state, ChunkOut)``: ``length`` rounds (0: evaluation only), then
+    the evaluation of every client. Pure: jit it, vmap it over runs, or both."""
+
+    def chunk(state: RunState, hp, data: ClientData):
+        if length > 0:
+            state, rounds = run_rounds(spec, state, hp, data, length, tick=tick)
+        else:
+            rounds = {k: jnp.zeros((0,), jnp.float32) for k in METRIC_KEYS}
+        return state, ChunkOut(rounds, evaluate(spec, state.variables, data))
+
+    return chunk
