@@ -4,7 +4,7 @@ One round = C=10 clients x S=12 plain-SGD steps (lr 0.05, cross-entropy) of B=50
 clients starting from the same global parameters, returning every client's final parameters.
 Client layouts:
 
-* ``vmap``  jit(vmap over clients of lax.scan over steps)  -- the round layout of DESIGN.md
+* ``vmap``  jit(vmap over clients of lax.scan over steps)  -- the round layout of docs/algorithms.md §1
 * ``map``   jit(lax.map over clients of lax.scan over steps)
 * ``seq``   Python loop over clients and steps calling one jitted SGD step
 

@@ -156,6 +156,7 @@ def _cmd_sweep(args) -> int:
     if args.sweep_chunk is not None and args.sweep_chunk < 1:
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
     given = _given(args)
+    given.pop("out", None)  # the sweep's folder, not a run option
     if args.resume:
         if given or args.seeds or args.config:
             raise ConfigError("fedalf sweep --resume takes the runs from --out/sweep.json; drop the other options "

@@ -1,4 +1,4 @@
-"""Tests of fedalf_jax.fairness against an independent float64 NumPy implementation of DESIGN §3.2."""
+"""Tests of fedalf_jax.fairness against an independent float64 NumPy implementation of docs/algorithms.md §3.2."""
 
 import jax
 import jax.numpy as jnp

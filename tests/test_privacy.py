@@ -49,7 +49,7 @@ def np_k(eps):
 
 
 def ldp_fl_p_plus(w, c, r, eps):
-    """LDP-FL's probability of c + rk, written exactly as in Sun et al. / DESIGN §4."""
+    """LDP-FL's probability of c + rk, written exactly as in Sun et al. / docs/algorithms.md §4."""
     e = math.exp(eps)
     return ((w - c) * (e - 1) + r * (e + 1)) / (2 * r * (e + 1))
 

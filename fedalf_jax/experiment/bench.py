@@ -123,11 +123,11 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
         swept = group.inputs(idx)
         singles = [group.single_inputs(i) for i in idx]
         t0 = time.perf_counter()
-        f_sweep = Program(group.spec, batched=True, data_axes=group.axes).compiled(length, False, *swept)
+        f_sweep = Program(group.spec, batched=True, data_axes=group.axes).compiled(length, *swept)
         compile_sweep = time.perf_counter() - t0
         t0 = time.perf_counter()
         one = Program(group.spec)
-        f_one = [one.compiled(length, False, *ins) for ins in singles]
+        f_one = [one.compiled(length, *ins) for ins in singles]
         compile_one = time.perf_counter() - t0
         box = {"sweep": swept[0], "separate": [ins[0] for ins in singles]}
         t_sweep, t_sep = [], []

@@ -1,4 +1,4 @@
-"""Evaluation metrics (DESIGN §7): mean accuracy and the fairness angle of the client-accuracy vector."""
+"""Evaluation metrics (docs/algorithms.md §7): mean accuracy and the fairness angle of the client-accuracy vector."""
 
 from __future__ import annotations
 

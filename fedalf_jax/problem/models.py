@@ -1,4 +1,4 @@
-"""Flax (linen) models of DESIGN.md §6: ``cnn``, ``cnn_bn`` and ``mlp``.
+"""Flax (linen) models of docs/algorithms.md §6: ``cnn``, ``cnn_bn`` and ``mlp``.
 
 Every model is wrapped in a frozen :class:`Model` record with a uniform ``init`` / ``apply``
 interface, so the federated round code never touches flax collections directly.

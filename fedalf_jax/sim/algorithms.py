@@ -152,6 +152,19 @@ def qfedavg_server(s: ServerIn):
     return T.sub(s.theta, step), s.sstate, _no_info()
 
 
+def history_rows(last, sel, t):
+    """Which stored rows join round ``t``'s QPs (FedLF's released code): with ``M`` the clients seen so
+    far (``last ≥ 0``, or online now) and ``m = len(sel)``, when ``M > m`` every client that is not
+    online and was last online at a round ``≥ t − τ``, ``τ = ⌊M/m⌋``. ``last``: ``[N]`` round each
+    client was last online (−1: never)."""
+    n = last.shape[0]
+    m = sel.shape[0]
+    online = jnp.zeros((n,), bool).at[sel].set(True)
+    seen = jnp.sum((last >= 0) | online)
+    tau = seen // m
+    return (seen > m) & ~online & (last >= 0) & (last >= t - tau)
+
+
 def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: str):
     """FedLF / FedALF: θ ← θ − η_g d with d the layer-wise fair direction (docs/algorithms.md)."""
     from .fairness import fair_direction, update_history_gram
@@ -160,12 +173,7 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
         kw = dict(layer_of=layer_of, merge_tol=merge_tol, qp_method=qp_method)
         if history:
             hist, last, gram = s.sstate
-            n = last.shape[0]
-            m = s.sel.shape[0]
-            online = jnp.zeros((n,), bool).at[s.sel].set(True)
-            seen = jnp.sum((last >= 0) | online)
-            tau = seen // m
-            mask = (seen > m) & ~online & (last >= 0) & (last >= s.t - tau)
+            mask = history_rows(last, s.sel, s.t)
             d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, history_gram=gram, **kw)
             sstate = (T.put(hist, s.sel, s.deltas), last.at[s.sel].set(s.t),
                       update_history_gram(gram, s.sel, info))

@@ -1,4 +1,4 @@
-"""The fair direction of FedLF / FedALF (DESIGN §3.2, steps 1–6), computed from Gram matrices.
+"""The fair direction of FedLF / FedALF (docs/algorithms.md §3.2, steps 1–6), computed from Gram matrices.
 
 Every quantity comes from the per-layer raw Gram matrices ``R_L = Δ_L Δ_Lᵀ`` over the raw rows
 (the ``m`` online clients, then the ``H`` history slots): norms are diagonals, normalisation is a
@@ -183,7 +183,7 @@ def _merge_once(bid, nonempty, zero):
 
 def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=None, history_gram=None,
                    merge_tol=1e-6, qp_method="osqp", num_layers=None):
-  """Fair direction ``d`` of DESIGN §3.2 steps 1–6 (gradient sign, already rescaled).
+  """Fair direction ``d`` of docs/algorithms.md §3.2 steps 1–6 (gradient sign, already rescaled).
 
   Args:
     deltas: pytree whose leaves have a leading client axis ``m`` (pseudo-gradients ``Δ_i``).

@@ -1,4 +1,4 @@
-"""Privacy mechanisms applied to what a client uploads (DESIGN §4; user guide: docs/privacy.md).
+"""Privacy mechanisms applied to what a client uploads (formulas: docs/algorithms.md §4; guarantees: docs/privacy.md).
 
 Every mechanism here is a pure function of a PRNG key and a pytree, safe under ``jax.jit`` and
 ``jax.vmap``.  The privacy hyper-parameters (``epsilon``, ``delta``, ``clip``) may be traced JAX
@@ -227,7 +227,7 @@ def gaussian_sigma(epsilon, delta, clip, *, neighbouring: str = "add_remove"):
     ``σ = Δ₂ · sqrt(2 ln(1.25/δ)) / ε`` with L2 sensitivity ``Δ₂``.  The clipped update lies in the
     ball of radius ``clip``, so:
 
-    * ``neighbouring="add_remove"`` (default; DESIGN §4's ``σ = C·sqrt(2 ln(1.25/δ))/ε``):
+    * ``neighbouring="add_remove"`` (default; the classic ``σ = C·sqrt(2 ln(1.25/δ))/ε``):
       ``Δ₂ = clip``; neighbours are the client's clipped update vs. no contribution (the zero
       update), i.e. user-level add/remove of the client, the DP-FedAvg convention.
     * ``neighbouring="replace"``: ``Δ₂ = 2·clip``; neighbours are any two datasets of this client

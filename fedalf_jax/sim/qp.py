@@ -1,7 +1,7 @@
 """Batched minimum-norm-point QP on the probability simplex.
 
 Solves ``argmin_{λ ≥ 0, Σλ = 1} ½ λᵀ Q λ`` for a (batch of) positive semi-definite Gram matrices
-``Q`` of shape ``[..., n, n]``. This is the dual QP of the fair direction (DESIGN §3.2 step 3):
+``Q`` of shape ``[..., n, n]``. This is the dual QP of the fair direction (docs/algorithms.md §3.2 step 3):
 for ``Q = V Vᵀ`` the solution gives the minimum-norm point ``d = λᵀ V`` of the convex hull of the
 rows of ``V``.
 

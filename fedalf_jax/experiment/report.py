@@ -1,0 +1,596 @@
+"""``fedalf report``: a paper-style table (Markdown and CSV) and figures from run and sweep directories.
+
+Runs are read only through :mod:`fedalf_jax.experiment.rundir`. The rules:
+
+**Which runs count.** Only runs whose status is ``done``. ``running`` and ``new`` runs (a sweep in
+progress or killed) and ``diverged`` runs are skipped; each kind is listed (count and names) in the
+messages and in ``report.md``. A done run whose ``metrics.csv`` holds no evaluation is skipped too.
+
+**Rows: algorithm variants.** A run's base label comes from its config: FedAvg, FedProx, qFedAvg,
+FedADMM, FedLF, FedALF; ``ldp="adaptive"`` prefixes ``LDP-`` (so ``LDP-FedALF``), ``ldp="ldp_fl"``
+prefixes ``LDP-FL-`` and ``dp="gaussian"`` prefixes ``DP-``. Among all runs of a base label (every
+run with a config, finished or not, so names stay the same while a sweep progresses), the options
+whose values differ name the variant, alphabetically: ``FedLF (client_grad=local)``,
+``FedALF (history=True, rho=0.1)``. Never naming a variant:
+
+* the table's axes and the seed: ``model``, ``dataset``, ``partition``, ``seed``, ``out``;
+* the bookkeeping options: ``data_dir``, ``data_source``, ``client_map``, ``conv_impl``,
+  ``eval_every``, ``train_loss_every``, ``checkpoint_every``, ``log``, ``rounds``, ``synthetic_*``;
+* η (below), and options the run does not use: ``lr`` for FedLF with ``client_grad="full"`` (no local
+  training), ``server_lr`` for qFedAvg (its step is set by its h_i), ``mu`` outside FedProx, ``q``
+  outside qFedAvg, ``rho``/``server_target``/``dual_from`` outside FedADMM/FedALF, ``client_grad``
+  outside FedLF, ``history``/``merge_tol``/``qp_method`` outside FedLF/FedALF, ``epsilon`` without a
+  privacy mechanism, ``delta``/``clip`` without ``dp="gaussian"``. (``server_lr`` does name a
+  variant of the other algorithms when it differs, e.g. FedALF with η_g 0.5 and 0.2.)
+
+Options left at ``None`` (``history``, ``server_lr``, ``server_lr_decay``) are compared at their
+resolved values (``Config.resolved_*``).
+
+**η, chosen per cell as FedLF's authors did** (best mean over {0.01, 0.05, 0.1}). η is ``lr``,
+except for FedLF with ``client_grad="full"``, where it is ``server_lr``. In each cell (model,
+variant, dataset × partition) the done runs are grouped by η; a group's score is the mean over its
+seeds of the final mean accuracy, and the best score wins (ties: the smaller η). An η with any
+diverged seed in the cell is not eligible. Two done runs of one cell, η and seed (they differ only
+in options that name no variant, e.g. ``rounds``) count once: the first by directory name.
+
+**Numbers.** Per cell, over the winning η's seeds: the mean accuracy and the fairness angle (degrees,
+``angle_deg``) at the final evaluation, and the same averaged over each run's last ``last``
+evaluations (FedAvg-like curves swing between evaluations). Each is ``mean ± std`` over seeds with
+the sample std (``ddof=1``); with one seed only the mean is shown (the CSV's std is blank).
+
+**Outputs** (in ``out``, created if missing): ``report.md`` (per model: the final-evaluation table
+with η and seeds, the last-evaluations table, the η choice with every candidate's score, figures),
+``table.csv`` (one row per cell), and ``figures/``: per (model, dataset, partition) accuracy and angle
+vs round (seed mean ± std band, one line per variant at its η), a per-client accuracy heatmap at the
+final evaluation (clients 0..9, seed mean; cf. Fig. 9 of the FedALF paper), and, when FedALF and a
+private FedALF are both present, the privacy comparison (accuracy vs round).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Optional
+
+import numpy as np
+
+from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
+from .rundir import RunDir, find_runs
+
+LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
+          "fedlf": "FedLF", "fedalf": "FedALF"}
+_PRIVACY_ORDER = ("none", "adaptive", "ldp_fl", "gaussian")
+
+# Options that never name a variant: the base label's, the table's axes, the seed, lr (η, or unused
+# by FedLF client_grad=full) and the bookkeeping. server_lr: see _unused.
+NOT_NAMING = frozenset({
+    "algorithm", "ldp", "dp",
+    "seed", "out", "lr", "dataset", "partition", "model",
+    "data_dir", "data_source", "client_map", "conv_impl", "eval_every", "train_loss_every",
+    "checkpoint_every", "log", "rounds"})
+_NOT_NAMING_PREFIXES = ("synthetic_",)
+# option -> the algorithms that use it (elsewhere it names no variant)
+_USED_BY = {
+    "mu": ("fedprox",), "q": ("qfedavg",),
+    "rho": ("fedadmm", "fedalf"), "server_target": ("fedadmm", "fedalf"), "dual_from": ("fedadmm", "fedalf"),
+    "client_grad": ("fedlf",),
+    "history": ("fedlf", "fedalf"), "merge_tol": ("fedlf", "fedalf"), "qp_method": ("fedlf", "fedalf"),
+}
+CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
+               "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
+               "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std")
+HEATMAP_CLIENTS = 10
+_SHOW_NAMES = 5
+_DPI = 100
+
+
+# ---- runs ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Run:
+    """One run directory, read once: its resolved config, labels, η and (if done) its curves."""
+
+    name: str
+    status: str
+    cfg: dict
+    label: str = ""
+    order: tuple = ()
+    eta_option: str = "lr"
+    eta: float = math.nan
+    variant: str = ""
+    rounds: Optional[np.ndarray] = None   # evaluation rounds
+    acc: Optional[np.ndarray] = None      # mean accuracy per evaluation
+    angle: Optional[np.ndarray] = None    # fairness angle (degrees) per evaluation
+    clients: Optional[np.ndarray] = None  # [evaluations, N] per-client accuracy
+
+    @property
+    def cell_key(self) -> tuple:
+        return self.cfg["model"], self.cfg["dataset"], self.cfg["partition"], self.variant
+
+
+def resolved_config(d: dict) -> dict:
+    """The config dict with ``None`` options replaced by their resolved values (``Config.resolved_*``)."""
+    cfg = Config.from_dict(d)
+    out = cfg.to_dict()
+    for k, v in out.items():
+        if v is None and hasattr(Config, f"resolved_{k}"):
+            out[k] = getattr(cfg, f"resolved_{k}")
+    return out
+
+
+def base_label(cfg: dict) -> str:
+    """FedAvg, ..., FedALF, with the privacy prefix: LDP-, LDP-FL- or DP-."""
+    label = LABELS.get(cfg["algorithm"], cfg["algorithm"])
+    if cfg.get("ldp") == "adaptive":
+        return "LDP-" + label
+    if cfg.get("ldp") == "ldp_fl":
+        return "LDP-FL-" + label
+    if cfg.get("dp") == "gaussian":
+        return "DP-" + label
+    return label
+
+
+def eta_option(cfg: dict) -> str:
+    """The option tuned as η: ``server_lr`` for FedLF without local training, else ``lr``."""
+    return "server_lr" if cfg["algorithm"] == "fedlf" and cfg.get("client_grad") == "full" else "lr"
+
+
+def _privacy(cfg: dict) -> str:
+    return cfg.get("dp") if cfg.get("dp", "none") != "none" else cfg.get("ldp", "none")
+
+
+def _unused(cfg: dict) -> set:
+    """Options this run's algorithm and privacy mechanism do not read (so they name no variant)."""
+    algo = cfg["algorithm"]
+    out = {k for k, users in _USED_BY.items() if algo not in users}
+    out.add(eta_option(cfg))
+    if algo == "qfedavg":
+        out.add("server_lr")
+    if _privacy(cfg) == "none":
+        out.add("epsilon")
+    if cfg.get("dp") != "gaussian":
+        out |= {"delta", "clip"}
+    return out
+
+
+def naming_options(cfg: dict) -> dict:
+    """The options of ``cfg`` that may name its variant (see the module docstring)."""
+    skip = NOT_NAMING | _unused(cfg)
+    return {k: v for k, v in cfg.items() if k not in skip and not k.startswith(_NOT_NAMING_PREFIXES)}
+
+
+def _fmt_value(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def name_variants(runs: list[Run]) -> None:
+    """Set each run's ``variant``: its base label and the options that differ within that label."""
+    by_label: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        by_label[r.label].append(r)
+    for label, group in by_label.items():
+        opts = [naming_options(r.cfg) for r in group]
+        keys = sorted(set().union(*opts))
+        differing = [k for k in keys if len({o[k] for o in opts if k in o}) > 1]
+        for r, o in zip(group, opts):
+            parts = [f"{k}={_fmt_value(o[k])}" for k in differing if k in o]
+            r.variant = f"{label} ({', '.join(parts)})" if parts else label
+
+
+def _load_curves(run: Run, rd: RunDir) -> bool:
+    """Read the run's evaluations; False when ``metrics.csv`` has none."""
+    m = rd.metrics()
+    if not m or len(m.get("round", ())) == 0 or "mean_acc" not in m or "angle_deg" not in m:
+        return False
+    order = np.argsort(m["round"], kind="stable")
+    run.rounds = m["round"][order]
+    run.acc, run.angle = m["mean_acc"][order], m["angle_deg"][order]
+    run.clients = rd.client_accuracies(m)[order]
+    return True
+
+
+def _shorten(names: list[str]) -> str:
+    shown = ", ".join(names[:_SHOW_NAMES])
+    return shown + (f" and {len(names) - _SHOW_NAMES} more" if len(names) > _SHOW_NAMES else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+_WHY = {"running": "not finished; fedalf sweep --resume or fedalf run --resume finishes them",
+        "new": "not started", "diverged": "they make their η ineligible in their cell",
+        "empty": "metrics.csv holds no evaluation"}
+
+
+def _read_run(rd: RunDir, status: str) -> Run:
+    """A run with a config: labels and η; the curves too when it is done (``empty`` if none)."""
+    cfg = resolved_config(rd.config_dict())
+    run = Run(rd.name, status, cfg, label=base_label(cfg), eta_option=eta_option(cfg))
+    run.eta = float(cfg[run.eta_option])
+    run.order = (_index(ALGORITHMS, cfg["algorithm"]), _index(_PRIVACY_ORDER, _privacy(cfg)))
+    if status == "done" and not _load_curves(run, rd):
+        run.status = "empty"
+    return run
+
+
+def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], list[str]]:
+    """Every run with a config (curves read for the done ones), the skipped run names by status
+    (``running``, ``new``, ``diverged``, ``empty``: done without evaluations, ``unreadable``: a bad
+    config.json), and the messages saying so."""
+    runs, skipped, unreadable = [], defaultdict(list), []
+    for rd in rundirs:
+        try:
+            status = rd.status()
+            if not rd.has_config():
+                skipped[status].append(rd.name)
+                continue
+            run = _read_run(rd, status)
+        except ConfigError as e:  # a bad config.json or summary.json
+            skipped["unreadable"].append(rd.name)
+            unreadable.append(f"skipped {rd.name}: {e}")
+            continue
+        runs.append(run)
+        if run.status != "done":
+            skipped[run.status].append(run.name)
+    messages = [f"skipped {_plural(len(names), f'{status} run')}"
+                + (f" ({_WHY[status]})" if status in _WHY else "") + f": {_shorten(sorted(names))}"
+                for status, names in skipped.items() if status != "unreadable"]
+    return runs, dict(skipped), messages + unreadable
+
+
+# ---- cells and η --------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Cell:
+    """The runs of one (model, dataset, partition, variant), by η; ``eta`` is the chosen one."""
+
+    model: str
+    dataset: str
+    partition: str
+    variant: str
+    order: tuple
+    eta_option: str
+    done: dict = dataclasses.field(default_factory=lambda: defaultdict(list))      # η -> [Run]
+    diverged: dict = dataclasses.field(default_factory=lambda: defaultdict(list))  # η -> [Run]
+    scores: dict = dataclasses.field(default_factory=dict)                          # η -> seed-mean final acc
+    eta: Optional[float] = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.model} {self.dataset} {self.partition} {self.variant}"
+
+    @property
+    def runs(self) -> list[Run]:
+        return self.done[self.eta] if self.eta is not None else []
+
+    def etas(self) -> list[float]:
+        return sorted(set(self.done) | set(self.diverged))
+
+
+def build_cells(runs: list[Run]) -> tuple[list[Cell], list[str]]:
+    """Group done and diverged runs into cells and η groups, one run per seed; messages on repeats."""
+    cells: dict[tuple, Cell] = {}
+    messages = []
+    for r in runs:
+        if r.status not in ("done", "diverged"):
+            continue
+        key = r.cell_key
+        if key not in cells:
+            cells[key] = Cell(*key, order=r.order, eta_option=r.eta_option)
+        group = (cells[key].done if r.status == "done" else cells[key].diverged)[r.eta]
+        twin = next((o for o in group if o.cfg["seed"] == r.cfg["seed"]), None)
+        if twin is not None:
+            changed = ", ".join(k for k in r.cfg if k != "out" and r.cfg[k] != twin.cfg[k]) or "nothing"
+            messages.append(f"{cells[key].where} η={r.eta:g}: {r.name} repeats seed {r.cfg['seed']} of "
+                            f"{twin.name} and differs only in options that name no variant ({changed}); counted once")
+            continue
+        group.append(r)
+    ordered = sorted(cells.values(), key=lambda c: (_index(MODELS, c.model), _index(DATASETS, c.dataset),
+                                                    _index(PARTITIONS, c.partition), c.order, c.variant))
+    return ordered, messages
+
+
+def _index(options: tuple, value) -> int:
+    return options.index(value) if value in options else len(options)
+
+
+def choose_eta(cell: Cell) -> list[str]:
+    """Pick the eligible η with the best seed-mean final accuracy (ties: the smaller η); messages."""
+    messages = []
+    for eta in cell.etas():
+        done, bad = cell.done.get(eta, []), cell.diverged.get(eta, [])
+        if bad:
+            messages.append(f"{cell.where}: η={eta:g} not eligible ({len(bad)} of {len(done) + len(bad)} "
+                            f"seeds diverged: {_shorten(sorted(r.name for r in bad))})")
+            continue
+        score = float(np.mean([r.acc[-1] for r in done]))
+        if math.isfinite(score):
+            cell.scores[eta] = score
+        else:
+            messages.append(f"{cell.where}: η={eta:g} not eligible (non-finite final accuracy)")
+    if cell.scores:
+        cell.eta = max(sorted(cell.scores), key=lambda e: cell.scores[e])
+    else:
+        messages.append(f"{cell.where}: no eligible η; the cell is left empty")
+    return messages
+
+
+# ---- numbers ------------------------------------------------------------------------------------
+
+def mean_std(values: Iterable[float]) -> tuple[float, Optional[float]]:
+    """Mean and sample std (``ddof=1``) over seeds; the std is ``None`` for one seed."""
+    v = np.asarray(list(values), dtype=np.float64)
+    return float(v.mean()), (float(v.std(ddof=1)) if v.size >= 2 else None)
+
+
+def _rounds(runs: list[Run]):
+    rs = sorted({int(r.rounds[-1]) for r in runs})
+    return rs[0] if len(rs) == 1 else "/".join(map(str, rs))
+
+
+def cell_row(cell: Cell, last: int) -> dict:
+    """The table numbers of a cell whose η is chosen (one CSV row)."""
+    runs = cell.runs
+    row = {"model": cell.model, "dataset": cell.dataset, "partition": cell.partition,
+           "algorithm": cell.variant, "eta_option": cell.eta_option, "eta": cell.eta, "seeds": len(runs),
+           "rounds": _rounds(runs), "last_k": last}
+    series = {"final_acc": [r.acc[-1] for r in runs], "final_angle": [r.angle[-1] for r in runs],
+              "lastK_acc": [r.acc[-last:].mean() for r in runs], "lastK_angle": [r.angle[-last:].mean() for r in runs]}
+    for k, vals in series.items():
+        row[f"{k}_mean"], row[f"{k}_std"] = mean_std(vals)
+    return row
+
+
+def _pm(mean: float, std: Optional[float], digits: int) -> str:
+    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def format_cell(row: dict, which: str) -> str:
+    """``0.851 ± 0.004 (3.1 ± 0.4°)`` for ``which`` in ``final``, ``lastK``."""
+    acc = _pm(row[f"{which}_acc_mean"], row[f"{which}_acc_std"], 3)
+    return f"{acc} ({_pm(row[f'{which}_angle_mean'], row[f'{which}_angle_std'], 1)}°)"
+
+
+# ---- Markdown and CSV ---------------------------------------------------------------------------
+
+def _column(dataset: str, partition: str) -> str:
+    return f"{dataset} {partition}"
+
+
+def _md_table(header: list[str], body: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(r) + " |" for r in body]
+
+
+def _eta_candidates(cell: Cell) -> str:
+    parts = []
+    for eta in cell.etas():
+        n_done, n_bad = len(cell.done.get(eta, [])), len(cell.diverged.get(eta, []))
+        if n_bad:
+            parts.append(f"{eta:g}: {n_bad}/{n_done + n_bad} diverged")
+        elif eta in cell.scores:
+            text = f"{eta:g}: {cell.scores[eta]:.3f} ({n_done})"
+            parts.append(f"**{text}**" if eta == cell.eta else text)
+        else:
+            parts.append(f"{eta:g}: non-finite")
+    return "; ".join(parts)
+
+
+def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures: list[Path], out: Path) -> list[str]:
+    columns = sorted({(c.dataset, c.partition) for c in cells},
+                     key=lambda dp: (_index(DATASETS, dp[0]), _index(PARTITIONS, dp[1])))
+    variants = sorted({(c.order, c.variant) for c in cells})
+    by_key = {(c.variant, c.dataset, c.partition): c for c in cells}
+    header = ["algorithm"] + [_column(*dp) for dp in columns]
+
+    def body(render) -> list[list[str]]:
+        out_rows = []
+        for _, v in variants:
+            cs = [by_key.get((v, *dp)) for dp in columns]
+            out_rows.append([v] + [render(c) if c is not None else "" for c in cs])
+        return out_rows
+
+    def final(c: Cell) -> str:
+        if c.eta is None:
+            return "— (no eligible η)"
+        row = rows[id(c)]
+        return f"{format_cell(row, 'final')}<br>η={c.eta:g} ({_plural(row['seeds'], 'seed')})"
+
+    lines = [f"## Model `{model}`", "", "### Final evaluation", "",
+             "mean accuracy ± std (fairness angle ± std) over seeds, at the chosen η", ""]
+    lines += _md_table(header, body(final))
+    lines += ["", f"### Mean of the last {last} evaluations of each run", ""]
+    lines += _md_table(header, body(lambda c: format_cell(rows[id(c)], "lastK") if c.eta is not None else "—"))
+    lines += ["", "### η choice", "", "η (`lr`; `server_lr` for FedLF client_grad=full): seed-mean final "
+              "accuracy (seeds); the chosen η in bold", ""]
+    lines += _md_table(header, body(_eta_candidates))
+    if figures:
+        lines += ["", "### Figures", ""]
+        lines += [f"![{f.stem}]({f.relative_to(out).as_posix()})" for f in figures]
+    return lines + [""]
+
+
+RULES = """\
+Only finished runs (status `done`) count. Per cell (model, algorithm variant, dataset × partition) the
+runs are grouped by η (`lr`; `server_lr` for FedLF with `client_grad=full`); the η with the best
+seed-mean final mean accuracy is chosen, and an η with a diverged seed is not eligible. Numbers are
+mean ± sample std (ddof=1) over the chosen η's seeds; with one seed only the mean is shown. The angle
+is the fairness angle in degrees. Variants are named by the options that differ between the runs of
+an algorithm."""
+
+
+def write_markdown(path: Path, cells: list[Cell], rows: dict, last: int, figures: dict, notes: list[str],
+                   counts: dict) -> None:
+    lines = ["# fedalf report", "", RULES, "",
+             "Runs: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".", ""]
+    if notes:
+        lines += ["## Skipped runs and notes", ""] + [f"- {m}" for m in notes] + [""]
+    for model in sorted({c.model for c in cells}, key=lambda m: _index(MODELS, m)):
+        mine = [c for c in cells if c.model == model]
+        lines += _model_section(model, mine, rows, last, figures.get(model, []), path.parent)
+    with _writing(path):
+        path.write_text("\n".join(lines))
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    with _writing(path), open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        w.writerows({k: ("" if r[k] is None else r[k]) for k in CSV_COLUMNS} for r in rows)
+
+
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Turn a failed write of ``path`` into a one-line :class:`ConfigError`."""
+    try:
+        yield
+    except OSError as e:
+        raise ConfigError(f"cannot write {path} ({e.strerror or e}); pass another --out") from None
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+def _curve(runs: list[Run], attr: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rounds evaluated by every run, and the seed mean and std (ddof=1; 0 for one seed) there."""
+    common = runs[0].rounds
+    for r in runs[1:]:
+        common = np.intersect1d(common, r.rounds)
+    vals = np.stack([getattr(r, attr)[np.searchsorted(r.rounds, common)] for r in runs])
+    std = vals.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(common))
+    return common, vals.mean(axis=0), std
+
+
+def _band(ax, cell: Cell, attr: str) -> None:
+    x, mean, std = _curve(cell.runs, attr)
+    (line,) = ax.plot(x, mean, label=f"{cell.variant} (η={cell.eta:g})", lw=1.2)
+    ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+
+
+def _save(fig, path: Path) -> Path:
+    with _writing(path):
+        fig.savefig(path, dpi=_DPI, bbox_inches="tight")
+    return path
+
+
+def _title(model: str, dataset: str, partition: str) -> str:
+    return f"{model}, {dataset} {partition}"
+
+
+def curves_figure(cells: list[Cell], path: Path, title: str) -> Path:
+    """Accuracy and angle vs round, one line (seed mean ± std band) per variant."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 4))
+    ax_acc, ax_ang = fig.subplots(1, 2)
+    for c in cells:
+        _band(ax_acc, c, "acc")
+        _band(ax_ang, c, "angle")
+    ax_acc.set(xlabel="round", ylabel="mean accuracy", title=f"accuracy ({title})")
+    ax_ang.set(xlabel="round", ylabel="fairness angle (°)", title=f"angle ({title})")
+    ax_acc.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)
+    return _save(fig, path)
+
+
+def heatmap_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
+    """Seed-mean per-client accuracy at the final evaluation: rows = variants, columns = clients 0..9."""
+    from matplotlib.figure import Figure
+    n = min([HEATMAP_CLIENTS] + [r.clients.shape[1] for c in cells for r in c.runs])
+    if n == 0:  # no per-client columns in metrics.csv
+        return None
+    data = np.array([np.mean([r.clients[-1, :n] for r in c.runs], axis=0) for c in cells]).reshape(len(cells), n)
+    fig = Figure(figsize=(1.0 + 0.6 * n + 0.08 * max(len(c.variant) for c in cells), 0.9 + 0.45 * len(cells)))
+    ax = fig.subplots()
+    im = ax.imshow(data, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    for (i, j), v in np.ndenumerate(data):
+        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+    ax.set_xticks(range(n), [str(j) for j in range(n)])
+    ax.set_yticks(range(len(cells)), [c.variant for c in cells])
+    ax.set(xlabel="client", title=f"per-client accuracy, final evaluation ({title})")
+    fig.colorbar(im, ax=ax, label="accuracy")
+    return _save(fig, path)
+
+
+def privacy_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
+    """Accuracy vs round of FedALF and its private variants, when both kinds are present."""
+    from matplotlib.figure import Figure
+    fedalf = [c for c in cells if c.runs[0].cfg["algorithm"] == "fedalf"]
+    private = [c for c in fedalf if _privacy(c.runs[0].cfg) != "none"]
+    if len(private) in (0, len(fedalf)):
+        return None
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    for c in fedalf:
+        _band(ax, c, "acc")
+    ax.set(xlabel="round", ylabel="mean accuracy", title=f"privacy ({title})")
+    ax.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)
+    return _save(fig, path)
+
+
+def write_figures(cells: list[Cell], fig_dir: Path) -> dict[str, list[Path]]:
+    """All figures, by model."""
+    groups: dict[tuple, list[Cell]] = defaultdict(list)
+    for c in cells:
+        if c.eta is not None:
+            groups[(c.model, c.dataset, c.partition)].append(c)
+    out: dict[str, list[Path]] = defaultdict(list)
+    for (model, dataset, partition), cs in groups.items():
+        stem, title = f"{model}_{dataset}_{partition}", _title(model, dataset, partition)
+        with np.errstate(all="ignore"):
+            made = [curves_figure(cs, fig_dir / f"{stem}_curves.png", title),
+                    heatmap_figure(cs, fig_dir / f"{stem}_clients.png", title),
+                    privacy_figure(cs, fig_dir / f"{stem}_privacy.png", title)]
+        out[model] += [p for p in made if p is not None]
+    return dict(out)
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the report folder {path} ({e.strerror or e}); pass another --out") from None
+
+
+def report(paths: list[str], out: str, *, last: int = 5) -> dict:
+    """Write ``report.md``, ``table.csv`` and ``figures/*.png`` into ``out`` from the runs in ``paths``.
+
+    Returns ``{"markdown", "csv", "figures", "messages", "rows", "skipped"}``: the paths written, the
+    one-line notes (what was skipped and why), the table rows (as in the CSV; a one-seed std is
+    ``None``) and the skipped run names by reason. Raises :class:`ConfigError` on user errors.
+    """
+    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+        raise ConfigError(f"--last must be a positive integer, got {last!r}")
+    rundirs = find_runs(paths)
+    if not rundirs:
+        raise ConfigError(f"no run directories (config.json) in {', '.join(map(str, paths))}; pass the "
+                          f"--out of fedalf run or fedalf sweep")
+    runs, skipped, messages = load_runs(rundirs)
+    name_variants(runs)
+    cells, notes = build_cells(runs)
+    if not any(c.done for c in cells):
+        counts = ", ".join(f"{len(v)} {k}" for k, v in skipped.items())
+        raise ConfigError(f"none of the {len(rundirs)} runs in {', '.join(map(str, paths))} has finished "
+                          f"({counts}); finish them (fedalf sweep --resume) or pass other directories")
+    messages += notes
+    for c in cells:
+        messages += choose_eta(c)
+    chosen = [c for c in cells if c.eta is not None]
+    rows = {id(c): cell_row(c, last) for c in chosen}
+
+    out_dir = Path(out)
+    fig_dir = out_dir / "figures"
+    _make_dir(fig_dir)
+    figures = write_figures(cells, fig_dir)
+    counts = {"done": sum(r.status == "done" for r in runs)}
+    counts.update({k: len(v) for k, v in skipped.items()})
+    md, table = out_dir / "report.md", out_dir / "table.csv"
+    write_markdown(md, cells, rows, last, figures, messages, counts)
+    row_list = [rows[id(c)] for c in chosen]
+    write_csv(table, row_list)
+    return {"markdown": str(md), "csv": str(table), "figures": [str(p) for fs in figures.values() for p in fs],
+            "messages": messages, "rows": row_list, "skipped": skipped}

@@ -1,0 +1,180 @@
+"""fedalf sweep: one program per discrete combination, each run equal to its single run, divergence,
+resume; the metric writers and the progress bar."""
+
+import csv
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from fedalf_jax.cli import main
+from fedalf_jax.experiment import loop
+from fedalf_jax.experiment.config import Config
+from fedalf_jax.experiment.rundir import RunDir, find_runs
+from fedalf_jax.experiment.sweep import expand, resume, run_names, static_key, sweep
+
+TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "8", "--clients-per-round", "3",
+        "--synthetic-train", "600", "--synthetic-test", "160", "--batch-size", "20", "--rounds", "4",
+        "--eval-every", "2", "--no-progress"]
+BASE = dict(dataset="synthetic", model="mlp", clients=8, clients_per_round=3, synthetic_train=600,
+            synthetic_test=160, batch_size=20, rounds=4, eval_every=2)
+# The QP's iteration count and residual are those of a tolerance-based loop: a float-level change of
+# its input can change them by a few iterations, so they are not compared.
+NOT_COMPARED = ("seconds_per_round", "qp_iters", "qp_residual")
+
+
+def _rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _assert_same_metrics(a, b, *, exact: bool):
+    ra, rb = _rows(a), _rows(b)
+    assert [r["round"] for r in ra] == [r["round"] for r in rb]
+    for x, y in zip(ra, rb):
+        for k in x:
+            if k in NOT_COMPARED:
+                continue
+            if exact:
+                assert x[k] == y[k], (k, x["round"], x[k], y[k])
+            else:
+                np.testing.assert_allclose(float(x[k]), float(y[k]), rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_each_run_of_a_sweep_equals_its_single_run(tmp_path, capsys):
+    out = tmp_path / "sw"
+    # 4 runs of one combination (seeds × lr), 3 per program call: the second call has a padding slot
+    assert main(["sweep", *TINY, "--algorithm", "fedalf", "--seeds", "0", "1", "--lr", "0.02", "0.1",
+                 "--sweep-chunk", "3", "--out", str(out)]) == 0
+    assert "4 runs: 4 done" in capsys.readouterr().out
+    listed = json.loads((out / "sweep.json").read_text())["runs"]
+    assert sorted(r["name"] for r in listed) == ["fedalf_lr0.02_seed0", "fedalf_lr0.02_seed1",
+                                                 "fedalf_lr0.1_seed0", "fedalf_lr0.1_seed1"]
+    for r in listed:
+        rd = RunDir(out / r["dir"])
+        cfg = rd.config()
+        assert rd.status() == "done" and cfg.lr == r["config"]["lr"] and cfg.seed == r["config"]["seed"]
+        single = tmp_path / f"single_{r['name']}"
+        assert main(["run", "--config", str(rd.path / "config.json"), "--out", str(single), "--no-progress"]) == 0
+        # Equal up to float32 rounding: XLA:CPU may pick other kernels for the batched shapes of a sweep
+        # (docs/benchmarks.md gives the measured differences on the FMNIST MLP).
+        _assert_same_metrics(rd.path / "metrics.csv", single / "metrics.csv", exact=False)
+        assert json.loads((single / "config.json").read_text()) == {**r["config"], "out": str(single)}
+
+
+def test_discrete_values_make_separate_programs_and_readable_names():
+    cfgs = expand(BASE, {"algorithm": ["fedavg", "fedalf"], "lr": [0.05, 0.1], "rho": [1.0]}, [0, 1])
+    assert len(cfgs) == 8
+    assert len({static_key(c) for c in cfgs}) == 2  # one program per algorithm
+    names = run_names(cfgs)
+    assert len(set(names)) == 8 and "fedalf_lr0.1_seed1" in names and "fedavg_lr0.05_seed0" in names
+
+
+def test_a_diverged_run_is_marked_and_the_others_go_on(tmp_path):
+    cfgs = expand({**BASE, "algorithm": "fedavg"}, {"lr": [0.05, 1e9]}, [0])
+    res = {r["name"]: r for r in sweep(cfgs, tmp_path / "sw", progress=False)}
+    assert res["fedavg_lr0.05"]["status"] == "done"
+    assert res["fedavg_lr1e+09"]["status"] == "diverged"
+    s = RunDir(tmp_path / "sw" / "fedavg_lr1e+09").summary()
+    assert s["status"] == "diverged" and "diverged" in s["message"]
+    good = RunDir(tmp_path / "sw" / "fedavg_lr0.05").metrics()
+    assert list(good["round"]) == [0, 2, 4] and np.all(np.isfinite(good["mean_acc"]))
+
+
+def test_resume_finishes_only_the_unfinished_runs(tmp_path, monkeypatch):
+    base = {**BASE, "algorithm": "fedadmm", "rounds": 6, "checkpoint_every": "2"}
+    cfgs = expand(base, {"lr": [0.05, 0.1]}, [0])
+    whole = tmp_path / "whole"
+    sweep(cfgs, whole, chunk=1, progress=False)
+
+    # the same sweep, killed at round 4 of its second run (its last checkpoint is at round 2)
+    real = loop.eval_row
+
+    def killer(t, out, tl, sec):
+        if t == 4 and killer.calls >= 4:
+            raise KeyboardInterrupt
+        killer.calls += 1
+        return real(t, out, tl, sec)
+
+    killer.calls = 0
+    monkeypatch.setattr(loop, "eval_row", killer)
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        sweep(cfgs, cut, chunk=1, progress=False)
+    monkeypatch.setattr(loop, "eval_row", real)
+    first, second = (RunDir(cut / n) for n in ("fedadmm_lr0.05", "fedadmm_lr0.1"))
+    assert first.status() == "done" and second.status() == "running" and second.checkpoint_round() == 2
+    before = (first.path / "metrics.csv").stat().st_mtime_ns
+
+    assert main(["sweep", "--resume", "--out", str(cut), "--sweep-chunk", "1", "--no-progress"]) == 0
+    assert (first.path / "metrics.csv").stat().st_mtime_ns == before  # the finished run was not rerun
+    for name in ("fedadmm_lr0.05", "fedadmm_lr0.1"):
+        _assert_same_metrics(whole / name / "metrics.csv", cut / name / "metrics.csv", exact=True)
+    assert [r.status() for r in find_runs([cut])] == ["done", "done"]
+
+
+def test_sweep_refuses_bad_input(tmp_path, capsys):
+    def err(argv):
+        code = main(argv)
+        e = capsys.readouterr().err
+        assert code == 2 and len(e.strip().splitlines()) == 1 and "Traceback" not in e, e
+        return e
+
+    assert "--sweep-chunk" in err(["sweep", *TINY, "--out", str(tmp_path / "a"), "--sweep-chunk", "0"])
+    assert "lr must be a positive" in err(["sweep", *TINY, "--out", str(tmp_path / "b"), "--lr", "0.1", "-1"])
+    assert "sweep.json" in err(["sweep", "--resume", "--out", str(tmp_path / "nothing")])
+    assert main(["sweep", *TINY, "--algorithm", "fedavg", "--rounds", "2", "--out", str(tmp_path / "c")]) == 0
+    assert "already holds a sweep" in err(["sweep", *TINY, "--out", str(tmp_path / "c")])
+    assert "drop the other options" in err(["sweep", "--resume", "--out", str(tmp_path / "c"), "--lr", "0.1"])
+
+
+def test_bench_sweep_width(tmp_path):
+    out = tmp_path / "b.json"
+    assert main(["bench", *[a for a in TINY if a != "--no-progress"], "--algorithm", "fedavg",
+                 "--sweep-width", "1", "2", "--repeats", "1", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())["widths"]
+    assert set(res) == {"1", "2"}
+    for w in res.values():
+        assert w["sweep_s_per_call"] > 0 and w["separate_s_per_call"] > 0 and w["speedup"] > 0
+
+
+def _tb_scalars(logdir):
+    """Tags and steps in TensorBoard event files (TFRecord framing, tensorboardX's Event proto)."""
+    from tensorboardX.proto import event_pb2
+    seen = {}
+    for f in logdir.glob("events.out.tfevents.*"):
+        data = f.read_bytes()
+        pos = 0
+        while pos < len(data):
+            (n,) = struct.unpack("<Q", data[pos:pos + 8])
+            ev = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+            pos += 12 + n + 4
+            for v in ev.summary.value:
+                seen.setdefault(v.tag, []).append((ev.step, v.simple_value))
+    return seen
+
+
+def test_tensorboard_writer_gets_scalars_but_not_per_client_accuracies(tmp_path):
+    out = tmp_path / "r"
+    assert main(["run", *TINY, "--algorithm", "fedavg", "--log", "tensorboard", "--out", str(out)]) == 0
+    tags = _tb_scalars(out / "tb")
+    m = RunDir(out).metrics()
+    assert [s for s, _ in tags["mean_acc"]] == [0, 2, 4]
+    np.testing.assert_allclose([v for _, v in tags["mean_acc"]], m["mean_acc"], rtol=1e-6)
+    assert not any(t.startswith("acc_") for t in tags) and "angle_deg" in tags
+
+
+def test_progress_bar_says_compiling_and_reaches_the_end(tmp_path, capsys):
+    loop.run(Config(algorithm="fedavg", **BASE), progress=True)
+    err = capsys.readouterr().err
+    assert "(compiling)" in err and "4/4" in err
+
+
+def test_checkpoint_every_is_validated():
+    assert Config(checkpoint_every="90s").checkpoint_policy == ("seconds", 90.0)
+    assert Config(checkpoint_every="5m").checkpoint_policy == ("seconds", 300.0)
+    assert Config(checkpoint_every=20).checkpoint_policy == ("rounds", 20)
+    for bad in ("0", "-3", "5x", "2.5", "soon"):
+        with pytest.raises(ValueError, match="checkpoint_every"):
+            Config(checkpoint_every=bad).validated()
