@@ -62,8 +62,14 @@ class Program:
         return self._compiled[key]
 
     def compiled(self, length: int, state, hp, data):
-        """The chunk of ``length`` rounds (0: evaluation only) with its test evaluation."""
-        tick = self.progress.tick if self.progress is not None else None
+        """The chunk of ``length`` rounds (0: evaluation only) with its test evaluation.
+
+        With a visible progress bar, the chunk calls back after every round, so the bar moves while a
+        chunk runs. Without one, the callback is left out: for an algorithm with per-client state
+        (duals, history rows) it measured 10–25% of a small model's round on CPU (docs/benchmarks.md).
+        """
+        shown = self.progress is not None and self.progress.enabled
+        tick = self.progress.tick if shown else None
         make = lambda: self._jit(make_chunk(self.spec, length, tick=tick), (0, 0, self.data_axes))  # noqa: E731
         return self._compile(("chunk", length), make, (state, hp, data))
 

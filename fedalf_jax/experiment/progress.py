@@ -26,6 +26,10 @@ class Progress:
         self._live, self._width = 1, 1
         self._stop: Optional[threading.Event] = None
 
+    @property
+    def enabled(self) -> bool:
+        return self._bar is not None
+
     def begin_call(self, live: int, width: int) -> None:
         with self._lock:
             self._calls = 0
