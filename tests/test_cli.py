@@ -74,6 +74,9 @@ def test_console_script_bad_input_no_traceback():
 
 
 def test_ldp_with_local_dual_warns_in_one_line(capsys, tmp_path):
-    assert main(["run", *TINY, "--algorithm", "fedalf", "--ldp", "adaptive", "--rounds", "1"]) == 0
+    import warnings
+    with warnings.catch_warnings():  # independent of the environment's filters (PYTHONWARNINGS=ignore)
+        warnings.simplefilter("default")
+        assert main(["run", *TINY, "--algorithm", "fedalf", "--ldp", "adaptive", "--rounds", "1"]) == 0
     err = capsys.readouterr().err
     assert "fedalf: warning: dual_from=local" in err and "Traceback" not in err

@@ -446,6 +446,60 @@ def test_validate_privacy_accepts_valid_configs():
         validate_privacy(**{**GOOD, "ldp": "adaptive", "epsilon": np.array([0.5, 2.0, 8.0])})
 
 
-def test_validate_privacy_warns_gaussian_epsilon_at_least_one():
-    with pytest.warns(UserWarning, match="nominal"):
+def test_gaussian_warns_only_where_the_classic_calibration_falls_short():
+    # exact accounting: ε = 2 at δ = 1e-5 gives ε' = 1.61 (the guarantee holds, no warning);
+    # ε = 10 gives ε' ≈ 10.4 > 10 (the calibration falls short: a warning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         validate_privacy(**{**GOOD, "dp": "gaussian", "epsilon": 2.0})
+    with pytest.warns(UserWarning, match="gives only epsilon=10.4"):
+        validate_privacy(**{**GOOD, "dp": "gaussian", "epsilon": 10.0})
+
+
+def test_gaussian_exact_epsilon_against_scipy():
+    from scipy.stats import norm
+    for eps, delta in ((2.0, 1e-5), (0.5, 1e-5), (1.0, 1e-6), (8.0, 1e-5)):
+        s = math.sqrt(2 * math.log(1.25 / delta)) / eps  # σ/Δ₂ of the classic calibration
+        exact = P.gaussian_epsilon(eps, delta)
+
+        def d(e):  # Balle & Wang (2018), Theorem 8, with scipy's normal CDF
+            return norm.cdf(0.5 / s - e * s) - math.exp(e) * norm.cdf(-0.5 / s - e * s)
+
+        assert abs(d(exact) - delta) < 1e-3 * delta and d(0.99 * exact) > delta, (eps, delta)
+    assert P.gaussian_epsilon(2.0, 1e-5) == pytest.approx(1.61, abs=0.005)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda p: P.adaptive_ldp(jax.random.PRNGKey(0), p, -1.0), "epsilon"),
+    (lambda p: P.adaptive_ldp(jax.random.PRNGKey(0), p, 0.0), "epsilon"),
+    (lambda p: P.ldp_fl(jax.random.PRNGKey(0), p, float("nan")), "epsilon"),
+    (lambda p: P.ldp_fl(jax.random.PRNGKey(0), p, 1e-40), "subnormal"),
+    (lambda p: P.adaptive_ldp(jax.random.PRNGKey(0), p, float("inf")), "epsilon"),
+    (lambda p: P.gaussian_sigma(2.0, 1.25, 1.0), "delta"),
+    (lambda p: P.gaussian_sigma(2.0, 1e-5, -1.0), "clip"),
+    (lambda p: P.gaussian_dp(jax.random.PRNGKey(0), p, epsilon=2.0, delta=1e-5, clip=-1.0), "clip"),
+    (lambda p: P.gaussian_dp(jax.random.PRNGKey(0), p, epsilon=2.0, delta=2.0, clip=1.0), "delta"),
+    (lambda p: P.ldp_fl(jax.random.PRNGKey(0), {"w": jnp.array([-1.0, 0.3, jnp.nan, 0.8])}, 2.0), "NaN"),
+    (lambda p: P.adaptive_ldp(jax.random.PRNGKey(0), {"w": jnp.array([-1.0, jnp.inf])}, 2.0), "NaN"),
+])
+def test_public_mechanisms_refuse_concrete_bad_values(call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call({"w": jnp.array([-1.0, 0.3, 0.5, 0.8])})
+
+
+def test_traced_non_finite_tensor_comes_out_all_nan():
+    w = {"w": jnp.array([-1.0, 0.3, jnp.nan, 0.8]), "b": jnp.array([0.1, 0.2])}
+    for fn in (P.ldp_fl, P.adaptive_ldp):
+        out = jax.jit(fn)(jax.random.PRNGKey(1), w, 2.0)  # traced: no check, explicit NaN handling
+        assert np.all(np.isnan(np.asarray(out["w"]))), fn.__name__  # never the input passed through
+        assert np.all(np.isfinite(np.asarray(out["b"])))
+
+
+def test_adaptive_warns_where_float32_releases_the_model_exactly():
+    w = {"w": jnp.linspace(-1.0, 1.0, 1000)}
+    with pytest.warns(UserWarning, match="released exactly"):
+        out = P.adaptive_ldp(jax.random.PRNGKey(0), w, 17.0)
+    np.testing.assert_allclose(np.asarray(out["w"]), np.asarray(w["w"]), rtol=1e-6, atol=1e-7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        P.adaptive_ldp(jax.random.PRNGKey(0), w, 16.0)

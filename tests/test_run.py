@@ -11,7 +11,7 @@ import pytest
 from fedalf_jax.experiment.bench import make_sequential
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.fairness import module_layers
-from fedalf_jax.sim.round import init_state, run_rounds
+from fedalf_jax.sim.round import client_phase, init_state, run_rounds
 from fedalf_jax.experiment.build import build
 from fedalf_jax.experiment.loop import run
 
@@ -165,3 +165,35 @@ def test_run_vmaps_over_hyperparameters_and_seeds():
             one, exp.hp._replace(lr=lrs[i], mu=jnp.array([0.0, 0.1])[i]))
         for a, b in zip(jax.tree_util.tree_leaves(ref.variables), jax.tree_util.tree_leaves(swept.variables)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b)[i], rtol=1e-4, atol=1e-5)
+
+
+def test_gaussian_neighbouring_relation_reaches_the_round():
+    # lr ≈ 0 and a clip far above the update: Δ_i = θ − w̃_i is the Gaussian noise alone (σ per entry);
+    # "replace" doubles the sensitivity, hence σ
+    base = Config(algorithm="fedavg", dp="gaussian", epsilon=0.5, delta=1e-5, clip=0.01, lr=1e-9, **SMALL)
+    stds = {}
+    for rel in ("add_remove", "replace"):
+        exp = build(base.replace(neighbouring=rel))
+        state = init_state(exp.spec, 0)
+        _, _, outs = jax.jit(lambda s: client_phase(exp.spec, s, exp.hp, exp.data))(state)
+        x = np.concatenate([np.asarray(v).ravel() for v in jax.tree_util.tree_leaves(outs.delta)])
+        stds[rel] = x.std()
+    sigma = 0.01 * np.sqrt(2 * np.log(1.25 / 1e-5)) / 0.5
+    assert abs(stds["add_remove"] / sigma - 1) < 0.01 and abs(stds["replace"] / (2 * sigma) - 1) < 0.01
+
+
+def test_private_runs_say_what_they_guarantee(tmp_path):
+    import warnings as W
+    from fedalf_jax.experiment.config import ConfigError
+    with pytest.raises(ConfigError, match="batch-norm statistics"):
+        Config(model="cnn_bn", ldp="adaptive").validated()
+    # the dual leaks only where the upload carries it: not for server_target="model"
+    for target, leaks in (("model", False), ("increment", True), ("augmented", True)):
+        with W.catch_warnings(record=True) as rec:
+            W.simplefilter("always")
+            build(Config(algorithm="fedalf", ldp="adaptive", server_target=target, **SMALL))
+        assert any("dual_from=local" in str(r.message) for r in rec) == leaks, target
+    out = tmp_path / "dp"
+    run(Config(algorithm="fedavg", dp="gaussian", epsilon=2.0, out=str(out), **{**SMALL, "rounds": 2}), progress=False)
+    priv = json.loads((out / "summary.json").read_text())["privacy"]
+    assert priv["epsilon_nominal"] == 2.0 and priv["epsilon_exact"] == pytest.approx(1.61, abs=0.005)

@@ -112,6 +112,7 @@ def make_spec(cfg: Config, pool: Pool) -> RoundSpec:
     return RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs,
                      batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, dp=cfg.dp,
+                     neighbouring=cfg.neighbouring,
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
 
 
@@ -119,7 +120,8 @@ def warn_privacy(cfg: Config) -> None:
     """One-line warnings where a run's privacy guarantee is weaker than its options suggest."""
     cfg.check_privacy()  # warns (once) where a guarantee is only nominal
     private = cfg.ldp != "none" or cfg.dp != "none"
-    if private and cfg.algorithm in ("fedadmm", "fedalf") and cfg.dual_from == "local":
+    if (private and cfg.algorithm in ("fedadmm", "fedalf") and cfg.dual_from == "local"
+            and cfg.server_target != "model"):  # "model" uploads w̃ only: the dual stays on the client
         warnings.warn("dual_from=local (the paper's protocol): the ADMM dual is updated from the un-noised "
                       "model and the upload reveals it, so the privacy guarantee does not cover this run; "
                       "--dual-from perturbed keeps it (docs/privacy.md)", UserWarning, stacklevel=2)

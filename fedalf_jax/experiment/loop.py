@@ -275,6 +275,8 @@ def _finish(slot: Slot, compile_s: float) -> None:
                "compile_s": compile_s, "wall_s": time.perf_counter() - slot.t0}
     if slot.message:
         summary["message"] = slot.message
+    if slot.cfg.privacy:
+        summary["privacy"] = slot.cfg.privacy
     slot.rundir.write_summary(summary)
 
 

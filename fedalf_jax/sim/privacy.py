@@ -5,6 +5,16 @@ Every mechanism here is a pure function of a PRNG key and a pytree, safe under `
 scalars, so a sweep can ``vmap`` a whole run over them; only ``layer_of`` and ``neighbouring`` are
 static.
 
+**Bad values.** Concrete (not traced) impossible values are refused with a ``ValueError``: ε ≤ 0,
+non-finite or subnormal; δ outside (0, 1) (δ ≥ 1.25 would give σ = 0: no noise at all); a clip that
+is not finite and positive (a negative clip would flip the update's sign); parameters holding NaN or
+±inf.  Traced values cannot be checked inside ``jit``: the run configuration validates every
+concrete value of a run or sweep before tracing (``fedalf_jax.experiment.config``), and inside a
+compiled program a tensor holding a non-finite value comes out all-NaN from every mechanism (never
+passed through), so the run's divergence check stops it.  ``adaptive_ldp`` with a concrete
+ε ≥ 16.6 warns: in float32 its flip probability ``1/(e^ε+1)`` rounds to 0 and it releases ``w``
+exactly.
+
 Per-tensor quantities (local mechanisms).  For one parameter tensor ("layer") with entries ``w``::
 
     c = (max w + min w) / 2          centre
@@ -14,8 +24,10 @@ Per-tensor quantities (local mechanisms).  For one parameter tensor ("layer") wi
 
 By default every pytree leaf is its own tensor; ``layer_of`` (a pytree of static ints with the same
 structure, as in :func:`fedalf_jax.fairness.fair_direction`) makes leaves with the same id share one
-``c, r`` (``layers="module"``: kernel and bias of a module together).  Non-floating and empty leaves
-pass through unchanged.  The PRNG key is split once per leaf, in ``jax.tree_util`` leaf order.
+``c, r`` (e.g. kernel and bias of a module together).  The simulator's round always applies the
+mechanisms per tensor (``layer_of=None``), whatever ``--layers`` says: ``--layers`` sets the blocks of
+the fair aggregation only.  Non-floating and empty leaves pass through unchanged.  The PRNG key is
+split once per leaf, in ``jax.tree_util`` leaf order.
 
 Note that ``c`` and ``r`` are deterministic functions of the raw tensor and are *not* randomised by
 either local mechanism: see docs/privacy.md for exactly what is and is not protected.
@@ -23,6 +35,8 @@ either local mechanism: see docs/privacy.md for exactly what is and is not prote
 
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Any, Callable
 
 import jax
@@ -33,8 +47,11 @@ __all__ = [
     "LDP_NAMES",
     "NEIGHBOURING",
     "adaptive_ldp",
+    "check_epsilon",
     "clip_global_norm",
+    "gaussian_delta",
     "gaussian_dp",
+    "gaussian_epsilon",
     "gaussian_sigma",
     "ldp_fl",
     "mechanism",
@@ -49,6 +66,33 @@ PyTree = Any
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
+
+
+_TINY32 = float(np.finfo(np.float32).tiny)
+ADAPTIVE_EXACT_EPSILON = 16.6  # float32: sigmoid(ε) rounds to 1 above this, so nothing is flipped
+
+
+def _concrete(x) -> bool:
+    return not any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(x))
+
+
+def check_epsilon(epsilon) -> None:
+    """Refuse a concrete ε that is not a finite number above the float32 subnormal range."""
+    if not _concrete(epsilon):
+        return
+    e = np.asarray(epsilon, np.float64)
+    if not (np.all(np.isfinite(e)) and np.all(e >= _TINY32)):
+        raise ValueError(f"epsilon={epsilon!r} must be a finite privacy budget > 0 (and not subnormal, "
+                         f"≥ {_TINY32:.3g}); e.g. epsilon=2")
+
+
+def _check_params(params) -> None:
+    if not _concrete(params):
+        return
+    for x in jax.tree_util.tree_leaves(params):
+        if _perturbable(x) and not bool(jnp.all(jnp.isfinite(x))):
+            raise ValueError("the parameters to perturb hold NaN or ±inf; a mechanism cannot release them "
+                             "(the model diverged: lower the learning rate)")
 
 
 def _perturbable(x) -> bool:
@@ -118,7 +162,10 @@ def _per_tensor(key, params: PyTree, epsilon, layer_of, draw) -> PyTree:
         c, r = cr[i]
         w = jnp.asarray(leaf).astype(c.dtype)
         eps = jnp.asarray(epsilon).astype(c.dtype)
-        out.append(draw(keys[i], w, c, r, eps, _k_factor(eps)).astype(jnp.result_type(leaf)))
+        noisy = draw(keys[i], w, c, r, eps, _k_factor(eps))
+        # a tensor with a non-finite entry has a non-finite c or r: it comes out all-NaN
+        noisy = jnp.where(jnp.isfinite(c) & jnp.isfinite(r), noisy, jnp.nan)
+        out.append(noisy.astype(jnp.result_type(leaf)))
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
@@ -141,6 +188,13 @@ def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None
     ``epsilon`` may be a traced scalar.  ``layer_of``: optional pytree of static ints grouping
     leaves that share one ``c, r`` (default: each leaf alone).
     """
+    check_epsilon(epsilon)
+    _check_params(params)
+    if _concrete(epsilon) and np.any(np.asarray(epsilon, np.float64) >= ADAPTIVE_EXACT_EPSILON):
+        warnings.warn(f"adaptive_ldp with epsilon={epsilon!r} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the flip "
+                      f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly",
+                      UserWarning, stacklevel=2)
+
     def draw(key, w, c, r, eps, k):
         keep = jax.random.bernoulli(key, jax.nn.sigmoid(eps), w.shape)  # P = e^ε / (e^ε + 1)
         kd = k * (w - c)
@@ -165,6 +219,9 @@ def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> P
 
     A constant tensor (``r = 0``) is returned unchanged (no NaN).  ``epsilon`` may be traced.
     """
+    check_epsilon(epsilon)
+    _check_params(params)
+
     def draw(key, w, c, r, eps, k):
         positive = r > 0
         r_safe = jnp.where(positive, r, jnp.ones_like(r))
@@ -233,16 +290,69 @@ def gaussian_sigma(epsilon, delta, clip, *, neighbouring: str = "add_remove"):
     * ``neighbouring="replace"``: ``Δ₂ = 2·clip``; neighbours are any two datasets of this client
       (any two clipped updates), i.e. the local-DP view of the upload.  σ doubles.
 
-    Theorem A.1 is proven for ``0 < ε < 1`` only; for ``ε ≥ 1`` this σ gives no proven
-    (ε, δ) guarantee (docs/privacy.md).  Arguments may be traced.
+    Theorem A.1 is proven for ``0 < ε < 1`` only; :func:`gaussian_epsilon` gives the exact ε this σ
+    achieves (analytic Gaussian accounting), e.g. 1.61 at the nominal ε = 2, δ = 1e-5.  Arguments may
+    be traced; concrete impossible values are refused (module docstring).
     """
     if neighbouring not in NEIGHBOURING:
         raise ValueError(f"unknown neighbouring={neighbouring!r}; use 'add_remove' or 'replace'")
+    check_epsilon(epsilon)
+    _check_delta_clip(delta, clip)
     factor = 1.0 if neighbouring == "add_remove" else 2.0
     eps = jnp.asarray(epsilon, jnp.result_type(float))
     delta = jnp.asarray(delta, eps.dtype)
     clip = jnp.asarray(clip, eps.dtype)
     return factor * clip * jnp.sqrt(2.0 * jnp.log(1.25 / delta)) / eps
+
+
+def _check_delta_clip(delta, clip) -> None:
+    if _concrete(delta):
+        d = np.asarray(delta, np.float64)
+        if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(d < 1)):
+            raise ValueError(f"delta={delta!r} must lie strictly between 0 and 1 (δ ≥ 1.25 would give σ = 0: "
+                             f"no noise); use e.g. delta=1e-5")
+    if _concrete(clip):
+        c = np.asarray(clip, np.float64)
+        if not (np.all(np.isfinite(c)) and np.all(c > 0)):
+            raise ValueError(f"clip={clip!r} must be finite and > 0 (a negative clip would flip the update's "
+                             f"sign); use e.g. clip=1.0")
+
+
+def _phi(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def gaussian_delta(epsilon: float, sigma_over_sensitivity: float) -> float:
+    """The exact δ(ε) of the Gaussian mechanism with noise ``σ = s·Δ₂`` (Balle & Wang 2018, Thm 8):
+    ``Φ(1/(2s) − εs) − e^ε Φ(−1/(2s) − εs)``."""
+    s, e = float(sigma_over_sensitivity), float(epsilon)
+    tail = _phi(-0.5 / s - e * s)
+    second = 0.0 if tail == 0.0 else math.exp(min(e + math.log(tail), 700.0))  # e^ε Φ(·) without overflow
+    return _phi(0.5 / s - e * s) - second
+
+
+def gaussian_epsilon(epsilon, delta, *, neighbouring: str = "add_remove") -> float:
+    """The exact ε at ``delta`` of the σ that :func:`gaussian_sigma` calibrates for ``(epsilon, delta)``.
+
+    The classic calibration ``σ = Δ₂·sqrt(2 ln(1.25/δ))/ε`` is only proven for ε < 1; the analytic
+    Gaussian mechanism's exact privacy curve gives the smallest ε' with ``δ(ε') ≤ δ`` for that σ
+    (bisection; host-side, concrete values).  The ratio σ/Δ₂ does not depend on the neighbouring
+    relation (Δ₂ = clip or 2·clip scales σ alike), so neither does ε'.
+    """
+    del neighbouring  # σ/Δ₂ is the same for both relations
+    check_epsilon(epsilon)
+    _check_delta_clip(delta, 1.0)
+    s = math.sqrt(2.0 * math.log(1.25 / float(delta))) / float(epsilon)
+    lo, hi = 0.0, max(1.0, 4.0 * float(epsilon))
+    while gaussian_delta(hi, s) > delta:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if gaussian_delta(mid, s) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def gaussian_dp(key, update: PyTree, *, epsilon, delta, clip,
@@ -253,9 +363,12 @@ def gaussian_dp(key, update: PyTree, *, epsilon, delta, clip,
     independent noise per coordinate (key split per leaf, in tree order).
 
     What it covers: one round's upload of one client, (ε, δ)-DP with respect to the neighbouring
-    relation of :func:`gaussian_sigma` (default add/remove: sensitivity ``clip``), and only for
-    ``ε < 1`` (classic calibration).  No composition over rounds is accounted.
+    relation of :func:`gaussian_sigma` (default add/remove: sensitivity ``clip``), with the exact ε of
+    :func:`gaussian_epsilon`.  No composition over rounds is accounted.  The guarantee is for what
+    this function releases: an ADMM client with ``dual_from="local"`` also uploads its un-noised,
+    unclipped change through the dual, and nothing bounds that (docs/privacy.md).
     """
+    _check_params(update)
     clipped = clip_global_norm(update, clip)
     sigma = gaussian_sigma(epsilon, delta, clip, neighbouring=neighbouring)
     leaves, treedef = jax.tree_util.tree_flatten(clipped)

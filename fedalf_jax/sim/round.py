@@ -63,6 +63,7 @@ class RoundSpec:
     layer_of: Any               # pytree like params with int layer ids
     ldp: str = "none"
     dp: str = "none"
+    neighbouring: str = "add_remove"  # Gaussian DP's neighbouring relation
     client_map: str = "vmap"    # "vmap" or "map" (lax.map): see default_client_map
 
 
@@ -90,7 +91,8 @@ def privatise(spec: RoundSpec, key, theta, w, hp: HParams):
         return mechanism(spec.ldp)(key, w, hp.epsilon)
     if spec.dp == "gaussian":
         from .privacy import gaussian_dp
-        noisy = gaussian_dp(key, T.sub(w, theta), epsilon=hp.epsilon, delta=hp.delta, clip=hp.clip)
+        noisy = gaussian_dp(key, T.sub(w, theta), epsilon=hp.epsilon, delta=hp.delta, clip=hp.clip,
+                            neighbouring=spec.neighbouring)
         return T.add(theta, noisy)
     return w
 
