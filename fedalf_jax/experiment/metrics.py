@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -13,12 +14,18 @@ def fairness_angle(acc) -> jnp.ndarray:
 
     ``arccos(A·1 / (‖A‖ √N))``; 0 means every client has the same accuracy. An all-zero vector
     (nothing learnt anywhere) is defined as angle 0: all clients are equally (un)served.
+    Concrete input that is empty, non-finite or negative is refused (``ValueError``); traced input
+    with a NaN gives NaN.
     """
     a = jnp.asarray(acc, dtype=jnp.float32)
+    if a.ndim < 1 or a.shape[-1] == 0:
+        raise ValueError(f"fairness_angle needs at least one client accuracy; got shape {a.shape}")
+    if not isinstance(a, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(a) & (a >= 0))):
+        raise ValueError("client accuracies must be finite and non-negative")
     n = a.shape[-1]
     norm = jnp.linalg.norm(a, axis=-1)
     cos = jnp.sum(a, axis=-1) / jnp.maximum(norm * math.sqrt(n), 1e-30)
-    cos = jnp.where(norm > 0, cos, 1.0)
+    cos = jnp.where(norm == 0, 1.0, cos)
     return jnp.arccos(jnp.clip(cos, -1.0, 1.0))
 
 

@@ -220,9 +220,20 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
   dtype = jnp.result_type(*leaves, jnp.float32)
   leaves = [jnp.asarray(x, dtype) for x in leaves]
   losses = jnp.asarray(losses, dtype)
+  m = {x.shape[0] if x.ndim else None for x in leaves}
+  if len(m) != 1 or None in m:
+    raise ValueError(f"every leaf of deltas needs the same leading client axis; got leading sizes "
+                     f"{sorted(str(x.shape[:1]) for x in leaves)}")
+  m = m.pop()
+  if losses.shape != (m,):
+    raise ValueError(f"losses must have shape ({m},), one per client row of deltas; got {losses.shape}")
   hist_leaves = None
   if history is not None:
     hist_leaves = [jnp.asarray(x, dtype) for x in treedef.flatten_up_to(history)]
+    for x, h in zip(leaves, hist_leaves):
+      if h.ndim < 1 or h.shape[1:] != x.shape[1:] or h.shape[0] != hist_leaves[0].shape[0]:
+        raise ValueError(f"history leaves must be [H, ...] like the deltas' [{m}, ...] leaves with one H; got "
+                         f"{h.shape} for a {x.shape} leaf")
     if history_mask is not None:
       history_mask = jnp.asarray(history_mask, bool)
   elif history_gram is not None:

@@ -251,11 +251,17 @@ def solve_simplex_qp_info(Q, mask=None, *, method="osqp", maxiter=None, tol=None
   if method not in ("osqp", "pgd"):
     raise ValueError(f"unknown method {method!r}; expected 'osqp' or 'pgd'")
   Q = jnp.asarray(Q)
+  if Q.ndim < 2 or Q.shape[-1] != Q.shape[-2]:
+    raise ValueError(f"Q must be a (batch of) square matrices [..., n, n]; got shape {Q.shape}")
   if not jnp.issubdtype(Q.dtype, jnp.floating):
     Q = Q.astype(jnp.float32)
   n = Q.shape[-1]
   batch = Q.shape[:-2]
   mask = jnp.ones(batch + (n,), bool) if mask is None else jnp.broadcast_to(mask, batch + (n,))
+  if not isinstance(Q, jax.core.Tracer) and not isinstance(mask, jax.core.Tracer):
+    used = mask[..., :, None] & mask[..., None, :]  # masked rows/columns are ignored, NaN allowed there
+    if not bool(jnp.all(jnp.isfinite(Q) | ~used)):
+      raise ValueError("Q holds NaN or ±inf in its unmasked entries; the QP needs a finite Gram matrix")
   if maxiter is None:
     maxiter = 1000 if method == "osqp" else 5000
   if tol is None:
