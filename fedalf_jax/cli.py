@@ -124,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="sweep directory: sweep.json and one run directory per run")
     s.add_argument("--sweep-chunk", type=int, default=None,
                    help="most runs in one program call (bounds memory; default: all runs of a combination)")
-    s.add_argument("--resume", action="store_true", help="finish the unfinished runs of the sweep in --out")
+    s.add_argument("--resume", action="store_true",
+                   help="finish the unfinished runs of the sweep in --out (with the sweep's options: start it "
+                        "if it has not written sweep.json yet)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_config_flags(s, multi=True)
     rep = sub.add_parser("report", help="paper-style table (Markdown, CSV) and figures from run or sweep directories")
@@ -159,17 +161,21 @@ def _cmd_sweep(args) -> int:
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
     given = _given(args)
     given.pop("out", None)  # the sweep's folder, not a run option
-    if args.resume:
-        if given or args.seeds or args.config:
-            raise ConfigError("fedalf sweep --resume takes the runs from --out/sweep.json; drop the other options "
-                              "(only --sweep-chunk and --no-progress may be given)")
+    planned = (Path(args.out) / "sweep.json").is_file()
+    if args.resume and planned:
+        if given or args.seeds or args.config:  # the flags must describe the sweep that is there
+            configs = _sweep_configs(args, given)
+            there = [r["config"] for r in S.read_sweep(args.out)["runs"]]
+            if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(
+                    json.dumps({**c, "out": None}, sort_keys=True) for c in there):
+                raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
+                                  f"resume it with only --out (and --sweep-chunk, --no-progress)")
         res = S.resume(args.out, chunk=args.sweep_chunk, progress=not args.no_progress)
-    else:
-        base = Config.load(args.config).to_dict() if args.config else {}
-        grid = {k: v for k, v in given.items()}
-        seeds = args.seeds if args.seeds is not None else [base.get("seed", 0)]
-        configs = S.expand(base, grid, seeds)
-        meta = {"argv": sys.argv[1:], "continuous": [k for k in grid if k in CONTINUOUS and len(grid[k]) > 1]}
+    elif args.resume and not (given or args.seeds or args.config):
+        raise ConfigError(f"--resume: {Path(args.out) / 'sweep.json'} not found; give the sweep's options to start it")
+    else:  # a new sweep (also --resume of a sweep killed before it wrote sweep.json)
+        configs = _sweep_configs(args, given)
+        meta = {"argv": sys.argv[1:], "continuous": [k for k in given if k in CONTINUOUS and len(given[k]) > 1]}
         res = S.sweep(configs, args.out, chunk=args.sweep_chunk, progress=not args.no_progress, meta=meta)
     counts: dict[str, int] = {}
     for r in res:
@@ -180,6 +186,13 @@ def _cmd_sweep(args) -> int:
     if best is not None:
         print(f"best: {best['name']} mean_acc {best['final']['mean_acc']:.4f} angle {best['final']['angle_deg']:.2f}°")
     return 0
+
+
+def _sweep_configs(args, given: dict) -> list:
+    from .experiment.sweep import expand
+    base = Config.load(args.config).to_dict() if args.config else {}
+    seeds = args.seeds if args.seeds is not None else [base.get("seed", 0)]
+    return expand(base, given, seeds)
 
 
 def _cmd_report(args) -> int:

@@ -6,13 +6,17 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
     clients.json     the data source and each client's classes and sample counts
     metrics.csv      one row per evaluation: round, mean_acc, angle, ..., acc_0 .. acc_{N-1}
     checkpoint.npz   the run state at the last checkpoint (``--resume`` continues from it)
+    checkpoint.prev.npz   the one before (a sweep killed while writing its runs' checkpoints resumes
+                     every run of the interrupted program call from the same round)
     summary.json     written when the run ends: status ("done" or "diverged"), the final row, times
     tb/              TensorBoard scalars (``--log tensorboard`` only)
 
 A sweep directory holds ``sweep.json`` (the list of its runs) and one run directory per run.
 ``fedalf report``, ``fedalf sweep --resume``, the notebooks and the experiment scripts read these
 files only through this module. Files other than ``metrics.csv`` are replaced atomically (written to
-a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind.
+a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind
+(a stale temporary file is removed when the directory is opened for writing again); a line of
+``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by readers).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .writers import PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, read_csv_r
 
 CONFIG, CLIENTS, METRICS, SUMMARY, CHECKPOINT, SWEEP = (
     "config.json", "clients.json", "metrics.csv", "summary.json", "checkpoint.npz", "sweep.json")
+PREV_CHECKPOINT = "checkpoint.prev.npz"
 
 SUMMARY_KEYS = ("mean_acc", "angle", "angle_deg", "std_acc", "worst10_acc", "best10_acc")
 EVAL_KEYS = SUMMARY_KEYS + ("test_loss", "train_loss", "seconds_per_round")
@@ -93,6 +98,7 @@ class RunDir:
 
     # ---- writing --------------------------------------------------------------------------------
     def create(self) -> None:
+        """Make the directory (with its parents) and remove temporary files a killed write left."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -100,6 +106,8 @@ class RunDir:
                               f"pass another --out") from None
         if not os.access(self.path, os.W_OK):
             raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
+        for tmp in self.path.glob("*.tmp*"):
+            tmp.unlink(missing_ok=True)
 
     def write_config(self, cfg: Config) -> None:
         write_json(self.path / CONFIG, cfg.to_dict())
@@ -122,13 +130,16 @@ class RunDir:
         (self.path / SUMMARY).unlink(missing_ok=True)
 
     def save_checkpoint(self, state) -> None:
-        """``state`` (a :class:`RunState`) as ``checkpoint.npz``: its leaves in tree order, and its round."""
+        """``state`` (a :class:`RunState`) as ``checkpoint.npz``: its leaves in tree order, and its round.
+        The previous checkpoint becomes ``checkpoint.prev.npz``."""
         leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(state))]
         tmp = self.path / (CHECKPOINT + ".tmp.npz")
         with open(tmp, "wb") as f:
             np.savez(f, *leaves, round=np.asarray(jax.device_get(state.round)))
             f.flush()
             os.fsync(f.fileno())
+        if (self.path / CHECKPOINT).exists():
+            os.replace(self.path / CHECKPOINT, self.path / PREV_CHECKPOINT)
         os.replace(tmp, self.path / CHECKPOINT)
 
     # ---- reading --------------------------------------------------------------------------------
@@ -136,7 +147,20 @@ class RunDir:
         return (self.path / CONFIG).is_file()
 
     def has_checkpoint(self) -> bool:
-        return (self.path / CHECKPOINT).is_file()
+        return bool(self.checkpoint_rounds())
+
+    def checkpoint_rounds(self) -> dict[int, Path]:
+        """The rounds of the available checkpoints (the last one and the one before), to their files."""
+        out = {}
+        for name in (PREV_CHECKPOINT, CHECKPOINT):
+            p = self.path / name
+            if p.is_file():
+                try:
+                    with np.load(p) as f:
+                        out[int(f["round"])] = p
+                except (OSError, ValueError, KeyError):
+                    continue  # unreadable: ignored
+        return out
 
     def config_dict(self) -> dict:
         d = _read_json(self.path / CONFIG)
@@ -180,18 +204,20 @@ class RunDir:
         return np.stack([m[k] for k in keys], axis=1) if keys else np.zeros((0, 0))
 
     def checkpoint_round(self) -> int:
-        """The round the checkpoint was taken after (read without loading the state)."""
-        with np.load(self.path / CHECKPOINT) as f:
-            return int(f["round"])
+        """The round of the last checkpoint (read without loading the state)."""
+        return max(self.checkpoint_rounds())
 
-    def load_checkpoint(self, like):
-        """The checkpointed state, with the structure and shapes of ``like`` (arrays or ``eval_shape``)."""
+    def load_checkpoint(self, like, round: Optional[int] = None):
+        """The checkpointed state (the last one, or the one taken after ``round``), with the structure
+        and shapes of ``like`` (arrays or ``eval_shape``)."""
+        avail = self.checkpoint_rounds()
+        path = avail[max(avail) if round is None else round]
         treedef = jax.tree_util.tree_structure(like)
-        with np.load(self.path / CHECKPOINT) as f:
+        with np.load(path) as f:
             leaves = [f[f"arr_{i}"] for i in range(len(f.files) - 1)]
         shapes = [tuple(x.shape) for x in jax.tree_util.tree_leaves(like)]
         if len(leaves) != treedef.num_leaves or [x.shape for x in leaves] != shapes:
-            raise ConfigError(f"checkpoint {self.path / CHECKPOINT} does not match this config's "
+            raise ConfigError(f"checkpoint {path} does not match this config's "
                               f"model/algorithm; resume with the run directory's own config.json")
         return jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(x) for x in leaves])
 

@@ -108,16 +108,27 @@ def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None
     """Plan and run a sweep of ``configs`` under ``out``; returns one result dict per run."""
     if not configs:
         raise ConfigError("the sweep has no runs")
-    plan(configs, out, meta)
+    plan(configs, out, {**(meta or {}), "chunk": chunk})
     return resume(out, chunk=chunk, progress=progress)
 
 
 def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = True) -> list[dict]:
-    """Run every run of the sweep in ``out`` that has not ended (from its checkpoint, if any)."""
+    """Run every run of the sweep in ``out`` that has not ended (from its checkpoint, if any).
+
+    ``chunk`` defaults to the sweep's own; each program call keeps the width it had (a combination's
+    run count, or ``chunk``), so a resumed run computes exactly what it would have computed.
+    """
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {chunk!r}")
     root = Path(out)
-    entries = read_sweep(root)["runs"]
+    RunDir(root).create()  # removes a temporary file a killed write left
+    info = read_sweep(root)
+    entries = info["runs"]
+    chunk = chunk if chunk is not None else info.get("chunk")
+    sizes: dict[str, int] = {}
+    for e in entries:
+        k = static_key(Config.from_dict(e["config"]))
+        sizes[k] = sizes.get(k, 0) + 1
     todo = []
     for e in entries:
         rd = RunDir(root / e["dir"])
@@ -129,11 +140,11 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
         groups.setdefault(static_key(cfg), []).append((cfg, rd))
     state = {"done": len(entries) - len(todo), "best": -math.inf, "total": len(entries)}
     _best_of_finished(entries, root, state)
-    plans = [_Group(members) for members in groups.values()]
+    plans = [_Group(members, width=min(chunk or sizes[k], sizes[k])) for k, members in groups.items()]
     bar = Progress(sum(g.remaining for g in plans), enabled=progress, desc="fedalf sweep")
     try:
         for group in plans:
-            group.run(chunk, bar, state)
+            group.run(bar, state)
     finally:
         bar.close()
     return results(root)
@@ -157,14 +168,29 @@ def results(out: str | Path) -> list[dict]:
     return res
 
 
+def _start_rounds(rundirs) -> list[int]:
+    """Where each pending run of a group resumes. A sweep runs one program call at a time, so the runs
+    with checkpoints and no summary are those of the call a kill interrupted; its checkpoints may have
+    been half written (some runs at round g, others still at g−1). They all resume from the earliest
+    of their last checkpoints (each run keeps its previous one), so they run together as before."""
+    avail = [rd.checkpoint_rounds() if rd is not None else {} for rd in rundirs]
+    started = [max(a) for a in avail if a]
+    if not started:
+        return [0] * len(rundirs)
+    common = min(started)
+    return [common if common in a else (max(r for r in a if r < common) if any(r < common for r in a) else 0)
+            if a else 0 for a in avail]
+
+
 class _Group:
     """The pending runs of one discrete combination: one spec, one program, calls of ``chunk`` runs.
 
     ``members``: ``(config, RunDir or None)`` pairs that share :func:`static_key`.
     """
 
-    def __init__(self, members: list):
+    def __init__(self, members: list, width: Optional[int] = None):
         self.members = members
+        self.width = width or len(members)
         cfg0 = members[0][0]
         warn_privacy(cfg0)
         self.pools = [load_pool(c) for c, _ in members]
@@ -174,14 +200,14 @@ class _Group:
         self.train_len = max(r.train_idx.shape[1] for r in self.rows)
         self.test_len = max(r.test_idx.shape[1] for r in self.rows)
         self.axes = ClientData(None if self.shared_pool else 0, None if self.shared_pool else 0, 0, 0, 0, 0)
-        self.starts = [rd.checkpoint_round() if rd is not None and rd.has_checkpoint() else 0 for _, rd in members]
+        self.starts = _start_rounds([rd for _, rd in members])
         self.remaining = sum(c.rounds - s for (c, _), s in zip(members, self.starts))
 
-    def run(self, chunk: Optional[int], bar: Progress, state: dict) -> None:
+    def run(self, bar: Progress, state: dict) -> None:
         by_start: dict[int, list[int]] = {}
         for i, s in enumerate(self.starts):
             by_start.setdefault(s, []).append(i)
-        width = min(chunk or len(self.members), len(self.members))
+        width = self.width
         program = Program(self.spec, batched=True, data_axes=self.axes, progress=bar)
 
         def on_row(slot, row):
@@ -216,7 +242,7 @@ class _Group:
     def _state(self, i: int):
         cfg, rd = self.members[i]
         if self.starts[i]:
-            return rd.load_checkpoint(jax.eval_shape(lambda: init_state(self.spec, cfg.seed)))
+            return rd.load_checkpoint(jax.eval_shape(lambda: init_state(self.spec, cfg.seed)), round=self.starts[i])
         return init_state(self.spec, cfg.seed)
 
     def _slot(self, i: int) -> Slot:
