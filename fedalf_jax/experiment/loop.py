@@ -45,8 +45,10 @@ class Program:
         self.compile_s = 0.0
         self._compiled: dict = {}
 
-    def _jit(self, fn, in_axes):
-        return jax.jit(jax.vmap(fn, in_axes=in_axes) if self.batched else fn)
+    def _jit(self, fn, in_axes, donate: bool = False):
+        """``fn`` (vmapped for a batch) under ``jit``; ``donate``: the state argument's buffers are reused
+        for the new state (no second copy of the duals and history rows in memory)."""
+        return jax.jit(jax.vmap(fn, in_axes=in_axes) if self.batched else fn, donate_argnums=(0,) if donate else ())
 
     def _compile(self, key, make, args):
         if key not in self._compiled:
@@ -70,7 +72,7 @@ class Program:
         """
         shown = self.progress is not None and self.progress.enabled
         tick = self.progress.tick if shown else None
-        make = lambda: self._jit(make_chunk(self.spec, length, tick=tick), (0, 0, self.data_axes))  # noqa: E731
+        make = lambda: self._jit(make_chunk(self.spec, length, tick=tick), (0, 0, self.data_axes), donate=True)  # noqa: E731
         return self._compile(("chunk", length), make, (state, hp, data))
 
     def train_loss(self, state, hp, data):
@@ -252,10 +254,15 @@ def _retire_diverged(slots, state, hp, data, batched, progress, t):
 
 
 def _checkpoint(ckpt: Checkpointer, slots, state, batched: bool) -> None:
+    """A host copy of each live run's state now (the next chunk reuses the device buffers), written to
+    disk by the checkpoint thread."""
+    host = None
     for i, slot in enumerate(slots):
         if slot is None or slot.rundir is None or not slot.live:
             continue
-        s = _take(state, i) if batched else state
+        if host is None:
+            host = jax.tree_util.tree_map(lambda x: np.array(x, copy=True), state)
+        s = _take(host, i) if batched else host
         ckpt.submit(lambda rd=slot.rundir, s=s: rd.save_checkpoint(s))
 
 
