@@ -103,8 +103,16 @@ def client_rows(cfg: Config, pool: Pool) -> Rows:
     return Rows(tr_idx, tr_n, te_idx, te_n, part)
 
 
-def make_spec(cfg: Config, pool: Pool) -> RoundSpec:
-    """The round's static part: model, algorithm, shapes, privacy choice, client mapping."""
+def check_devices(cfg: Config) -> None:
+    found = jax.devices()
+    if cfg.devices > len(found):
+        raise ConfigError(f"--devices {cfg.devices}: JAX sees {len(found)} {found[0].platform} device(s); on a CPU "
+                          f"set XLA_FLAGS=--xla_force_host_platform_device_count={cfg.devices} before starting")
+
+
+def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
+    """The round's static part: model, algorithm, shapes, privacy choice, client mapping, and the
+    number of devices the sampled clients are sharded over."""
     model = make_model(cfg.model, num_classes=pool.num_classes, input_shape=pool.x.shape[1:],
                        conv_impl=cfg.conv_impl)
     params_shape = jax.eval_shape(model.init, jax.random.PRNGKey(0))["params"]
@@ -112,7 +120,7 @@ def make_spec(cfg: Config, pool: Pool) -> RoundSpec:
     return RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs,
                      batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, dp=cfg.dp,
-                     neighbouring=cfg.neighbouring,
+                     neighbouring=cfg.neighbouring, client_devices=client_devices,
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
 
 
@@ -152,9 +160,14 @@ class Experiment:
 
 
 def build(cfg: Config) -> Experiment:
-    """Load data, partition it, build the model and the round for ``cfg`` (host side, once)."""
+    """Load data, partition it, build the model and the round for ``cfg`` (host side, once). With
+    ``cfg.devices > 1`` the round shards its sampled clients over that many devices."""
     warn_privacy(cfg)
+    check_devices(cfg)
+    if cfg.clients_per_round % cfg.devices:
+        raise ConfigError(f"--devices {cfg.devices} shards the {cfg.clients_per_round} clients of a round: use a "
+                          f"--clients-per-round that is a multiple of it")
     pool = load_pool(cfg)
     rows = client_rows(cfg, pool)
-    return Experiment(cfg, make_spec(cfg, pool), hparams(cfg), device_data(pool, rows), rows.partition,
-                      pool.y, pool.source)
+    return Experiment(cfg, make_spec(cfg, pool, client_devices=cfg.devices), hparams(cfg), device_data(pool, rows),
+                      rows.partition, pool.y, pool.source)

@@ -65,6 +65,7 @@ class Config:
     model: str = "cnn"
     conv_impl: str = "auto"
     client_map: str = "auto"
+    devices: int = 1  # run: shard the sampled clients over D devices; sweep: shard the runs
     # federated setting (docs/algorithms.md §2)
     rounds: int = 200
     clients: int = 100
@@ -191,7 +192,7 @@ class Config:
         if self.model == "cnn_bn" and (self.ldp != "none" or self.dp != "none"):
             raise ConfigError("model cnn_bn with a privacy mechanism: its batch-norm statistics would leave the "
                               "clients un-noised (the server averages them); use model cnn or mlp, or no mechanism")
-        for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "eval_every",
+        for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "eval_every", "devices",
                      "train_loss_every", "synthetic_train", "synthetic_test"):
             _pos_int(name, getattr(self, name))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:

@@ -20,8 +20,10 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from ..sim.round import RunState, init_state
+from ..sim.round import RunState, device_mesh, init_state
 from ..sim.train import make_chunk, train_losses
 from . import metrics as M
 from .build import build
@@ -37,18 +39,57 @@ class Program:
     rows per run). Programs are compiled on first use: one per chunk length, and one for the train loss.
     """
 
-    def __init__(self, spec, *, batched: bool = False, data_axes=None, progress: Optional[Progress] = None):
+    def __init__(self, spec, *, batched: bool = False, data_axes=None, progress: Optional[Progress] = None,
+                 devices: int = 1):
         self.spec = spec
         self.batched = batched
+        self.devices = devices  # a batch's run axis is sharded over this many devices
         self.data_axes = data_axes
         self.progress = progress
         self.compile_s = 0.0
         self._compiled: dict = {}
 
+    def _mesh_specs(self):
+        """``(mesh, specs of (state, hp, data), spec of every output)``, or ``None`` on one device.
+
+        A sweep on D devices shards its leading run axis (the pool is replicated); one run on D devices
+        keeps everything replicated and shards its sampled clients inside the round.
+        """
+        if self.batched and self.devices > 1:
+            runs = P("runs")
+            data = type(self.data_axes)(*(P() if a is None else runs for a in self.data_axes))
+            return device_mesh(self.devices, "runs"), (runs, runs, data), runs
+        if not self.batched and self.spec.client_devices > 1:
+            return device_mesh(self.spec.client_devices, "clients"), (P(), P(), P()), P()
+        return None
+
+    @property
+    def ticks_per_round(self) -> int:
+        """Progress callbacks per round and run: every device of a client-sharded run calls back."""
+        return self.spec.client_devices if not self.batched else 1
+
     def _jit(self, fn, in_axes, donate: bool = False):
         """``fn`` (vmapped for a batch) under ``jit``; ``donate``: the state argument's buffers are reused
         for the new state (no second copy of the duals and history rows in memory)."""
-        return jax.jit(jax.vmap(fn, in_axes=in_axes) if self.batched else fn, donate_argnums=(0,) if donate else ())
+        f = jax.vmap(fn, in_axes=in_axes) if self.batched else fn
+        ms = self._mesh_specs()
+        if ms is None:
+            return jax.jit(f, donate_argnums=(0,) if donate else ())
+        mesh, in_specs, out_spec = ms
+        # A sweep: every device runs the vmapped chunk of its own runs (no communication). One run:
+        # every device runs the whole replicated chunk, its share of the clients, and the gathered
+        # server step (sim.round.client_phase).
+        f = jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_spec, check_vma=False)
+        return jax.jit(f, donate_argnums=(0,) if donate else (), in_shardings=_named(mesh, in_specs),
+                       out_shardings=_named(mesh, out_spec))
+
+    def place(self, *args):
+        """``args`` on the devices the programs expect (a no-op on one device, or where they already are)."""
+        ms = self._mesh_specs()
+        if ms is None:
+            return args
+        mesh, in_specs, _ = ms
+        return tuple(jax.device_put(a, sh) for a, sh in zip(args, _named(mesh, in_specs)))
 
     def _compile(self, key, make, args):
         if key not in self._compiled:
@@ -77,11 +118,18 @@ class Program:
 
     def train_loss(self, state, hp, data):
         """``[N]`` (or ``[W, N]``) train losses of the current global model(s)."""
+        state, hp, data = self.place(state, hp, data)
         make = lambda: self._jit(lambda s, h, d: train_losses(self.spec, s, h, d), (0, 0, self.data_axes))  # noqa: E731
         return self._compile(("train_loss",), make, (state, hp, data))(state, hp, data)
 
     def __call__(self, state, hp, data, length: int):
+        state, hp, data = self.place(state, hp, data)
         return self.compiled(length, state, hp, data)(state, hp, data)
+
+
+def _named(mesh, specs):
+    """A pytree of ``PartitionSpec`` as ``NamedSharding`` on ``mesh`` (specs are leaves)."""
+    return jax.tree_util.tree_map(lambda sp: NamedSharding(mesh, sp), specs, is_leaf=lambda x: isinstance(x, P))
 
 
 class Checkpointer:
@@ -203,6 +251,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             if on_row is not None:
                 on_row(slot, row)
 
+    state, hp, data = program.place(state, hp, data)
     try:
         if start == 0:
             state, out = program(state, hp, data, 0)
@@ -215,7 +264,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             fn = program.compiled(length, state, hp, data)
             live = sum(1 for s in slots if s is not None and s.live)
             if progress is not None:
-                progress.begin_call(live, width)
+                progress.begin_call(live, width * program.ticks_per_round)
             t0 = time.perf_counter()
             state, out = fn(state, hp, data)
             out = jax.device_get(out)

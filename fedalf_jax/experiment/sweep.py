@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..sim.round import ClientData, init_state
-from .build import client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
+from .build import check_devices, client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
 from .config import CONTINUOUS, Config, ConfigError
 from .loop import Program, Slot, train
 from .progress import Progress
@@ -141,6 +141,8 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     state = {"done": len(entries) - len(todo), "best": -math.inf, "total": len(entries)}
     _best_of_finished(entries, root, state)
     plans = [_Group(members, width=min(chunk or sizes[k], sizes[k])) for k, members in groups.items()]
+    for g in plans:  # the run axis is sharded over the devices: a multiple of their number
+        g.width = -(-g.width // g.devices) * g.devices
     bar = Progress(sum(g.remaining for g in plans), enabled=progress, desc="fedalf sweep")
     try:
         for group in plans:
@@ -193,6 +195,8 @@ class _Group:
         self.width = width or len(members)
         cfg0 = members[0][0]
         warn_privacy(cfg0)
+        check_devices(cfg0)
+        self.devices = cfg0.devices
         self.pools = [load_pool(c) for c, _ in members]
         self.shared_pool = len({pool_key(c) for c, _ in members}) == 1
         self.spec = make_spec(cfg0, self.pools[0])
@@ -208,7 +212,7 @@ class _Group:
         for i, s in enumerate(self.starts):
             by_start.setdefault(s, []).append(i)
         width = self.width
-        program = Program(self.spec, batched=True, data_axes=self.axes, progress=bar)
+        program = Program(self.spec, batched=True, data_axes=self.axes, progress=bar, devices=self.devices)
 
         def on_row(slot, row):
             if row["round"] == slot.cfg.rounds and math.isfinite(row["mean_acc"]):

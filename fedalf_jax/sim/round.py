@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
 
 from . import tree as T
 from .algorithms import SERVER_INFO, Algorithm, HParams, ServerIn
@@ -65,6 +67,8 @@ class RoundSpec:
     dp: str = "none"
     neighbouring: str = "add_remove"  # Gaussian DP's neighbouring relation
     client_map: str = "vmap"    # "vmap" or "map" (lax.map): see default_client_map
+    client_devices: int = 1     # shard the sampled clients over this many devices (one big run): the
+                                # round must then run inside a shard_map over the mesh axis "clients"
 
 
 def default_client_map(backend: str | None = None) -> str:
@@ -164,13 +168,36 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     sel = sample_clients(spec, k_sel)
     duals = T.take(state.duals, sel) if spec.algorithm.has_dual else ()
     idx, n = data.train_idx[sel], data.train_n[sel]
-    step = lambda d, i, c, k: client_step(spec, state.variables, d, i, c, k, hp, state.round,  # noqa: E731
-                                          data.x, data.y)
-    if spec.client_map == "map":
-        outs = jax.lax.map(lambda a: step(*a), (duals, idx, n, ckeys))
+
+    def local(per_client, shared):
+        variables, hp_, t, x, y = shared
+        step = lambda d, i, c, k: client_step(spec, variables, d, i, c, k, hp_, t, x, y)  # noqa: E731
+        if spec.client_map == "map":
+            return jax.lax.map(lambda a: step(*a), per_client)
+        return jax.vmap(step)(*per_client)
+
+    per_client, shared = (duals, idx, n, ckeys), (state.variables, hp, state.round, data.x, data.y)
+    if spec.client_devices > 1:
+        # Inside a shard_map over the mesh axis "clients" (the run loop wraps the whole chunk in one):
+        # every device holds the whole (replicated) state, runs its m/D clients, and all-gathers the
+        # outputs, so the server step that follows runs identically on every device, exactly as on one.
+        k = m // spec.client_devices
+        i = jax.lax.axis_index("clients")
+        mine = jax.tree_util.tree_map(lambda x: jax.lax.dynamic_slice_in_dim(x, i * k, k), per_client)
+        outs = jax.tree_util.tree_map(lambda x: jax.lax.all_gather(x, "clients", tiled=True), local(mine, shared))
     else:
-        outs = jax.vmap(step)(duals, idx, n, ckeys)
+        outs = local(per_client, shared)
     return sel, n, outs
+
+
+def device_mesh(devices: int, axis: str):
+    """A one-axis mesh over the first ``devices`` devices (all processes' devices under
+    ``jax.distributed``)."""
+    found = jax.devices()
+    if devices > len(found):
+        raise ValueError(f"{devices} devices asked for, JAX sees {len(found)} ({found[0].platform}); on a CPU "
+                         f"set XLA_FLAGS=--xla_force_host_platform_device_count={devices} before starting")
+    return Mesh(np.array(found[:devices]), (axis,))
 
 
 def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
