@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true",
                    help="finish the unfinished runs of the sweep in --out (with the sweep's options: start it "
                         "if it has not written sweep.json yet)")
+    s.add_argument("--shard", default=None, metavar="I/K",
+                   help="run slice I of K of the sweep's program calls (K alone: I from SLURM_ARRAY_TASK_ID); "
+                        "the slices share --out")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_config_flags(s, multi=True)
     rep = sub.add_parser("report", help="paper-style table (Markdown, CSV) and figures from run or sweep directories")
@@ -161,6 +164,7 @@ def _cmd_sweep(args) -> int:
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
     given = _given(args)
     given.pop("out", None)  # the sweep's folder, not a run option
+    shard = S.parse_shard(args.shard)
     planned = (Path(args.out) / "sweep.json").is_file()
     if args.resume and planned:
         if given or args.seeds or args.config:  # the flags must describe the sweep that is there
@@ -170,13 +174,14 @@ def _cmd_sweep(args) -> int:
                     json.dumps({**c, "out": None}, sort_keys=True) for c in there):
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
                                   f"resume it with only --out (and --sweep-chunk, --no-progress)")
-        res = S.resume(args.out, chunk=args.sweep_chunk, progress=not args.no_progress)
+        res = S.resume(args.out, chunk=args.sweep_chunk, progress=not args.no_progress, shard=shard)
     elif args.resume and not (given or args.seeds or args.config):
         raise ConfigError(f"--resume: {Path(args.out) / 'sweep.json'} not found; give the sweep's options to start it")
     else:  # a new sweep (also --resume of a sweep killed before it wrote sweep.json)
         configs = _sweep_configs(args, given)
         meta = {"argv": sys.argv[1:], "continuous": [k for k in given if k in CONTINUOUS and len(given[k]) > 1]}
-        res = S.sweep(configs, args.out, chunk=args.sweep_chunk, progress=not args.no_progress, meta=meta)
+        res = S.sweep(configs, args.out, chunk=args.sweep_chunk, progress=not args.no_progress, meta=meta,
+                      shard=shard)
     counts: dict[str, int] = {}
     for r in res:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

@@ -194,3 +194,27 @@ def test_sigkill_at_a_random_moment_then_resume_gives_identical_metrics(tmp_path
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "identical metrics, all done, no temporary files" in p.stdout, p.stdout
+
+
+def test_sharded_sweep_slices_run_disjoint_calls_into_one_folder(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    from fedalf_jax.experiment.sweep import parse_shard
+    args = [*TINY, "--algorithm", "fedavg", "--seeds", "0", "1", "2", "--lr", "0.05", "0.1", "--sweep-chunk", "2"]
+    assert main(["sweep", *args, "--out", str(tmp_path / "whole")]) == 0
+    # two processes at once, each its own slice of the 3 program calls, into one folder
+    procs = [subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", "sweep", *args, "--shard", f"{i}/2",
+                               "--out", str(tmp_path / "sliced")], stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    names = sorted(d.name for d in (tmp_path / "whole").iterdir() if d.is_dir())
+    assert len(names) == 6 and sorted(d.name for d in (tmp_path / "sliced").iterdir() if d.is_dir()) == names
+    for n in names:  # every call ran exactly as in the unsliced sweep
+        _assert_same_metrics(tmp_path / "whole" / n / "metrics.csv", tmp_path / "sliced" / n / "metrics.csv", exact=True)
+    assert parse_shard("1/3") == (1, 3)
+    assert parse_shard("4", {"SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_MIN": "5"}) == (1, 4)
+    with pytest.raises(ValueError, match="--shard"):
+        parse_shard("3/3")
+    with pytest.raises(ValueError, match="Slurm"):
+        parse_shard("4", {})

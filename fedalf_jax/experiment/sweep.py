@@ -92,31 +92,39 @@ def run_names(configs: list[Config]) -> list[str]:
     return unique
 
 
-def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None) -> None:
-    """Write ``out/sweep.json`` for ``configs`` (refusing a folder that already holds a sweep)."""
+def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None, *, same: bool = False) -> None:
+    """Write ``out/sweep.json`` for ``configs`` (refusing a folder that already holds a sweep, unless
+    ``same`` and it is this very sweep: the slices of a sharded sweep all plan it)."""
     root = Path(out)
+    runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
     if (root / "sweep.json").exists():
+        if same and read_sweep(root)["runs"] == runs:
+            return  # another slice of the same sweep planned it
         raise ConfigError(f"{root} already holds a sweep; finish it with fedalf sweep --resume --out {root}, "
                           f"or choose another --out")
     RunDir(root).create()
-    runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
     write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
 
 
 def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,
-          meta: Optional[dict] = None) -> list[dict]:
-    """Plan and run a sweep of ``configs`` under ``out``; returns one result dict per run."""
+          meta: Optional[dict] = None, shard: Optional[tuple[int, int]] = None) -> list[dict]:
+    """Plan and run a sweep of ``configs`` under ``out`` (only slice ``shard`` of its program calls, if
+    given); returns one result dict per run."""
     if not configs:
         raise ConfigError("the sweep has no runs")
-    plan(configs, out, {**(meta or {}), "chunk": chunk})
-    return resume(out, chunk=chunk, progress=progress)
+    plan(configs, out, {**(meta or {}), "chunk": chunk}, same=shard is not None)
+    return resume(out, chunk=chunk, progress=progress, shard=shard)
 
 
-def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = True) -> list[dict]:
+def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,
+           shard: Optional[tuple[int, int]] = None) -> list[dict]:
     """Run every run of the sweep in ``out`` that has not ended (from its checkpoint, if any).
 
     ``chunk`` defaults to the sweep's own; each program call keeps the width it had (a combination's
     run count, or ``chunk``), so a resumed run computes exactly what it would have computed.
+    ``shard=(i, k)``: only the program calls ``c`` with ``c % k == i`` (calls are numbered over the
+    whole sweep, combination by combination): ``k`` processes or jobs run disjoint slices of one sweep
+    into the same folder, each call exactly as the unsliced sweep would run it.
     """
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {chunk!r}")
@@ -125,24 +133,28 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     info = read_sweep(root)
     entries = info["runs"]
     chunk = chunk if chunk is not None else info.get("chunk")
-    sizes: dict[str, int] = {}
-    for e in entries:
-        k = static_key(Config.from_dict(e["config"]))
-        sizes[k] = sizes.get(k, 0) + 1
-    todo = []
+    members: dict[str, list] = {}
     for e in entries:
         rd = RunDir(root / e["dir"])
-        if rd.status() not in ("done", "diverged"):
-            cfg = Config.from_dict({**e["config"], "out": str(rd.path)})
-            todo.append((cfg, rd))
-    groups: dict[str, list] = {}
-    for cfg, rd in todo:
-        groups.setdefault(static_key(cfg), []).append((cfg, rd))
-    state = {"done": len(entries) - len(todo), "best": -math.inf, "total": len(entries)}
+        cfg = Config.from_dict({**e["config"], "out": str(rd.path)})
+        members.setdefault(static_key(cfg), []).append((cfg, rd))
+    calls = 0
+    plans, total = [], 0
+    for runs in members.values():
+        devices = runs[0][0].devices
+        width = min(chunk or len(runs), len(runs))
+        width = -(-width // devices) * devices  # the run axis is sharded over the devices
+        mine = []
+        for c in range(0, len(runs), width):  # the program calls of this combination
+            if shard is None or calls % shard[1] == shard[0]:
+                mine += runs[c:c + width]
+                total += min(width, len(runs) - c)
+            calls += 1
+        todo = [(cfg, rd) for cfg, rd in mine if rd.status() not in ("done", "diverged")]
+        if todo:
+            plans.append(_Group(todo, width=width))
+    state = {"done": total - sum(len(g.members) for g in plans), "best": -math.inf, "total": total}
     _best_of_finished(entries, root, state)
-    plans = [_Group(members, width=min(chunk or sizes[k], sizes[k])) for k, members in groups.items()]
-    for g in plans:  # the run axis is sharded over the devices: a multiple of their number
-        g.width = -(-g.width // g.devices) * g.devices
     bar = Progress(sum(g.remaining for g in plans), enabled=progress, desc="fedalf sweep")
     try:
         for group in plans:
@@ -150,6 +162,29 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     finally:
         bar.close()
     return results(root)
+
+
+def parse_shard(text: Optional[str], environ=None) -> Optional[tuple[int, int]]:
+    """``"i/k"`` → ``(i, k)``; ``"k"`` alone takes ``i`` from a Slurm job array
+    (``SLURM_ARRAY_TASK_ID`` minus ``SLURM_ARRAY_TASK_MIN``)."""
+    import os
+    if text is None:
+        return None
+    env = os.environ if environ is None else environ
+    parts = text.split("/")
+    try:
+        if len(parts) == 2:
+            i, k = int(parts[0]), int(parts[1])
+        elif len(parts) == 1 and "SLURM_ARRAY_TASK_ID" in env:
+            k = int(parts[0])
+            i = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))
+        else:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"--shard takes i/k (slice i of k, from 0), or k inside a Slurm job array; got {text!r}") from None
+    if not (k >= 1 and 0 <= i < k):
+        raise ConfigError(f"--shard {text}: need 0 <= i < k")
+    return i, k
 
 
 def _best_of_finished(entries, root, state) -> None:
