@@ -107,6 +107,29 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config.from_dict({**base, **given})
 
 
+def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("several processes (jax.distributed; with --devices: one run's clients span them)")
+    g.add_argument("--distributed", action="store_true",
+                   help="call jax.distributed.initialize() with its auto-detection (Slurm, Open MPI)")
+    g.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="coordinator address (process 0's)")
+    g.add_argument("--num-processes", type=int, default=None, help="number of processes")
+    g.add_argument("--process-id", type=int, default=None, help="this process's index, from 0")
+
+
+def init_distributed(args) -> None:
+    """``jax.distributed.initialize`` from the flags, with CPU collectives over gloo (before any JAX work)."""
+    explicit = (args.coordinator, args.num_processes, args.process_id)
+    if not getattr(args, "distributed", False) and all(v is None for v in explicit):
+        return
+    if not args.distributed and any(v is None for v in explicit):
+        raise ConfigError("--coordinator, --num-processes and --process-id go together (or use --distributed)")
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    kw = {} if args.distributed else dict(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                                           process_id=args.process_id)
+    jax.distributed.initialize(**kw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fedalf", description="Fair, private federated learning simulator (FedALF, LDP-FedALF).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -115,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (from round 0 if it has none yet)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_distributed_flags(r)
     _add_config_flags(r)
     s = sub.add_parser("sweep", help="many runs: seeds and continuous values vmapped in one program per "
                                      "discrete combination; every option takes one or more values")
@@ -150,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_run(args) -> int:
     from .experiment.loop import run
     cfg = config_from_args(args)
+    init_distributed(args)
     rows = run(cfg, progress=not args.no_progress, resume=args.resume)
     last = rows[-1]
     where = f" -> {cfg.out}" if cfg.out else ""

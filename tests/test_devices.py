@@ -66,3 +66,28 @@ def test_more_devices_than_jax_sees_is_a_one_line_error(capsys, tmp_path):
                  "--devices", "64", "--rounds", "1", "--no-progress", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert code == 2 and "xla_force_host_platform_device_count=64" in err and len(err.strip().splitlines()) == 1
+
+
+def test_one_run_spans_two_processes(tmp_path):
+    """jax.distributed over 127.0.0.1 with CPU collectives (gloo): 2 processes, one device each, one run
+    whose clients are sharded over both; process 0 writes the run directory."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = ["--dataset", "synthetic", "--model", "mlp", "--clients", "12", "--clients-per-round", "8",
+         "--synthetic-train", "600", "--synthetic-test", "160", "--batch-size", "20", "--rounds", "4",
+         "--eval-every", "2", "--no-progress", "--algorithm", "fedalf", "--history", "on"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", "run", *t, "--devices", "2",
+                               "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i),
+                               "--out", str(tmp_path / "mp")], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert outs[0][0] == outs[1][0] and "round 4: mean_acc" in outs[0][0]  # both processes saw the same run
+    one = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", *t, "--out", str(tmp_path / "one")],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-2000:]
+    _same(tmp_path / "one" / "metrics.csv", tmp_path / "mp" / "metrics.csv")

@@ -89,6 +89,11 @@ class Program:
         if ms is None:
             return args
         mesh, in_specs, _ = ms
+        if jax.process_count() > 1:  # every process holds the same host values: one global array of them
+            put = lambda x, sh: x if getattr(x, "sharding", None) == sh else jax.make_array_from_process_local_data(  # noqa: E731
+                sh, np.asarray(to_host(x)))
+            return tuple(jax.tree_util.tree_map(lambda x, sh=sh: put(x, sh), a) if isinstance(sh, NamedSharding)
+                         else jax.tree_util.tree_map(put, a, sh) for a, sh in zip(args, _named(mesh, in_specs)))
         return tuple(jax.device_put(a, sh) for a, sh in zip(args, _named(mesh, in_specs)))
 
     def _compile(self, key, make, args):
@@ -125,6 +130,16 @@ class Program:
     def __call__(self, state, hp, data, length: int):
         state, hp, data = self.place(state, hp, data)
         return self.compiled(length, state, hp, data)(state, hp, data)
+
+
+def to_host(tree):
+    """Host (NumPy) values of ``tree``; a value replicated over several processes is read from this
+    process's own copy (``jax.device_get`` needs every shard addressable)."""
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return np.asarray(x.addressable_shards[0].data)
+        return np.asarray(jax.device_get(x))
+    return jax.tree_util.tree_map(one, tree)
 
 
 def _named(mesh, specs):
@@ -255,7 +270,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     try:
         if start == 0:
             state, out = program(state, hp, data, 0)
-            record(0, jax.device_get(out), jax.device_get(program.train_loss(state, hp, data)), math.nan)
+            record(0, to_host(out), to_host(program.train_loss(state, hp, data)), math.nan)
         t = start
         while t < cfg.rounds and any(s is not None and s.live for s in slots):
             length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)
@@ -267,11 +282,11 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 progress.begin_call(live, width * program.ticks_per_round)
             t0 = time.perf_counter()
             state, out = fn(state, hp, data)
-            out = jax.device_get(out)
+            out = to_host(out)
             sec = (time.perf_counter() - t0) / length
             if progress is not None:
                 progress.end_call(length)
-            tl = jax.device_get(program.train_loss(state, hp, data)) if want_tl else None
+            tl = to_host(program.train_loss(state, hp, data)) if want_tl else None
             t = t_next
             record(t, out, tl, sec)
             state = _retire_diverged(slots, state, hp, data, batched, progress, t)
@@ -310,7 +325,7 @@ def _checkpoint(ckpt: Checkpointer, slots, state, batched: bool) -> None:
         if slot is None or slot.rundir is None or not slot.live:
             continue
         if host is None:
-            host = jax.tree_util.tree_map(lambda x: np.array(x, copy=True), state)
+            host = jax.tree_util.tree_map(lambda x: np.array(x, copy=True), to_host(state))
         s = _take(host, i) if batched else host
         ckpt.submit(lambda rd=slot.rundir, s=s: rd.save_checkpoint(s))
 
@@ -357,9 +372,11 @@ def run(cfg: Config, *, progress: bool = True, resume: bool = False) -> list[dic
     state = init_state(exp.spec, cfg.seed)
     start = 0
     rd = RunDir(cfg.out) if cfg.out else None
-    slot = Slot(cfg, rd)
+    writer = jax.process_index() == 0  # under jax.distributed every process runs the loop; one writes
+    slot = Slot(cfg, rd if writer else None)
     if rd is not None:
-        rd.create()
+        if writer:
+            rd.create()
         if resume and rd.has_checkpoint():
             state = rd.load_checkpoint(state)
             start = int(state.round)
@@ -367,11 +384,12 @@ def run(cfg: Config, *, progress: bool = True, resume: bool = False) -> list[dic
                 raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
             if start == cfg.rounds and rd.status() == "done":
                 return rows_of(rd)  # nothing left to run
-        rd.clear_summary()
-        rd.write_config(cfg)
-        rd.write_clients(exp.source, exp.partition.summary(exp.labels))
-        slot.writers = rd.writers(cfg, keep_upto=start if start else None)
-    bar = Progress(cfg.rounds, initial=start, enabled=progress, desc="fedalf run")
+        if writer:
+            rd.clear_summary()
+            rd.write_config(cfg)
+            rd.write_clients(exp.source, exp.partition.summary(exp.labels))
+            slot.writers = rd.writers(cfg, keep_upto=start if start else None)
+    bar = Progress(cfg.rounds, initial=start, enabled=progress and writer, desc="fedalf run")
     prog = Program(exp.spec, progress=bar)
 
     def show(slot, row):
