@@ -23,7 +23,7 @@ _CHOICES = {
     "algorithm": C.ALGORITHMS, "dataset": C.DATASETS, "partition": C.PARTITIONS, "assign": C.ASSIGNS,
     "model": C.MODELS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
     "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "qp_method": C.QP_METHODS, "log": C.LOGS,
-    "neighbouring": C.NEIGHBOURING,
+    "neighbouring": C.NEIGHBOURING, "state_dtype": C.STATE_DTYPES,
     "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
 }
 _HELP = {
@@ -38,6 +38,8 @@ _HELP = {
     "train_loss_every": "rounds between evaluations of the train loss over all training samples (and at the end)",
     "checkpoint_every": "checkpoint every N rounds (e.g. 50) or every N seconds/minutes (300s, 5m); always at the end",
     "neighbouring": "Gaussian DP neighbouring relation: add_remove (sensitivity clip) or replace (2·clip)",
+    "state_dtype": "storage of the per-client rows (ADMM duals, FedLF history): bfloat16 halves their memory",
+    "devices": "run: shard the sampled clients over N devices; sweep: shard the runs (docs/scaling.md)",
     "log": "metric writers: csv (metrics.csv, always written), tensorboard (also TensorBoard scalars)",
     "conv_impl": "convolution implementation: auto (per backend), lax, im2col, ...",
     "client_map": "how the compiled round maps over clients: vmap, map (lax.map), auto (per backend)",

@@ -121,6 +121,7 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs,
                      batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, dp=cfg.dp,
                      neighbouring=cfg.neighbouring, client_devices=client_devices,
+                     state_dtype=jnp.dtype(cfg.state_dtype),
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
 
 

@@ -31,6 +31,7 @@ LAYERS = ("module", "tensor")
 QP_METHODS = ("osqp", "pgd")
 CLIENT_MAPS = ("auto", "vmap", "map")
 LOGS = ("csv", "tensorboard")
+STATE_DTYPES = ("float32", "bfloat16")
 # The numeric hyper-parameters: traced in the compiled program, so a sweep vmaps over them.
 CONTINUOUS = ("lr", "lr_decay", "server_lr", "server_lr_decay", "mu", "rho", "q", "epsilon", "delta", "clip")
 
@@ -66,6 +67,7 @@ class Config:
     conv_impl: str = "auto"
     client_map: str = "auto"
     devices: int = 1  # run: shard the sampled clients over D devices; sweep: shard the runs
+    state_dtype: str = "float32"  # storage of per-client rows (ADMM duals, history): float32 or bfloat16
     # federated setting (docs/algorithms.md §2)
     rounds: int = 200
     clients: int = 100
@@ -188,6 +190,7 @@ class Config:
         _choice("qp_method", self.qp_method, QP_METHODS)
         _choice("client_map", self.client_map, CLIENT_MAPS)
         _choice("log", self.log, LOGS)
+        _choice("state_dtype", self.state_dtype, STATE_DTYPES)
         _choice("neighbouring", self.neighbouring, NEIGHBOURING)
         if self.model == "cnn_bn" and (self.ldp != "none" or self.dp != "none"):
             raise ConfigError("model cnn_bn with a privacy mechanism: its batch-norm statistics would leave the "

@@ -215,10 +215,16 @@ class RunDir:
         treedef = jax.tree_util.tree_structure(like)
         with np.load(path) as f:
             leaves = [f[f"arr_{i}"] for i in range(len(f.files) - 1)]
-        shapes = [tuple(x.shape) for x in jax.tree_util.tree_leaves(like)]
-        if len(leaves) != treedef.num_leaves or [x.shape for x in leaves] != shapes:
+        want = jax.tree_util.tree_leaves(like)
+        if len(leaves) != treedef.num_leaves or [x.shape for x in leaves] != [tuple(x.shape) for x in want]:
             raise ConfigError(f"checkpoint {path} does not match this config's "
                               f"model/algorithm; resume with the run directory's own config.json")
+        # NumPy stores bfloat16 as raw 2-byte values: view them as the state's dtype again
+        leaves = [x.view(w.dtype) if x.dtype.kind == "V" and x.dtype.itemsize == np.dtype(w.dtype).itemsize else x
+                  for x, w in zip(leaves, want)]
+        if any(x.dtype != w.dtype for x, w in zip(leaves, want)):
+            raise ConfigError(f"checkpoint {path} holds other dtypes than this config (state_dtype?); resume "
+                              f"with the run directory's own config.json")
         return jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(x) for x in leaves])
 
 

@@ -186,7 +186,8 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
                                                                      for k, v in out.items()}
 
     def init_state(params, num_clients):
-        """History rows of all N clients, the round each was last online, and their per-layer Gram."""
+        """History rows of all N clients (in the dtype of ``params``: the storage dtype), the round each was
+        last online, and their per-layer Gram (float32)."""
         if not history:
             return ()
         k = max(jax.tree_util.tree_leaves(layer_of)) + 1

@@ -67,6 +67,7 @@ class RoundSpec:
     dp: str = "none"
     neighbouring: str = "add_remove"  # Gaussian DP's neighbouring relation
     client_map: str = "vmap"    # "vmap" or "map" (lax.map): see default_client_map
+    state_dtype: Any = jnp.float32  # storage of the per-client rows (ADMM duals, history): float32 or bfloat16
     client_devices: int = 1     # shard the sampled clients over this many devices (one big run): the
                                 # round must then run inside a shard_map over the mesh axis "clients"
 
@@ -83,8 +84,9 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     init_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
     variables = spec.model.init(init_key)
     params = variables["params"]
-    duals = T.zeros_stacked(params, spec.num_clients) if spec.algorithm.has_dual else ()
-    sstate = spec.algorithm.init_server_state(params, spec.num_clients)
+    stored = T.cast(params, spec.state_dtype)  # per-client rows are stored in spec.state_dtype
+    duals = T.zeros_stacked(stored, spec.num_clients) if spec.algorithm.has_dual else ()
+    sstate = spec.algorithm.init_server_state(stored, spec.num_clients)
     return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key)
 
 
@@ -166,7 +168,7 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     m = spec.clients_per_round
     k_sel, ckeys = round_keys(state, m)
     sel = sample_clients(spec, k_sel)
-    duals = T.take(state.duals, sel) if spec.algorithm.has_dual else ()
+    duals = T.take_as(state.duals, sel, state.variables["params"]) if spec.algorithm.has_dual else ()
     idx, n = data.train_idx[sel], data.train_n[sel]
 
     def local(per_client, shared):

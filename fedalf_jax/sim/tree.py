@@ -45,7 +45,17 @@ def take(stacked, idx):
 
 
 def put(stacked, idx, values):
-    return tmap(lambda x, v: x.at[idx].set(v), stacked, values)
+    """``stacked`` with rows ``idx`` replaced by ``values`` (cast to the storage dtype)."""
+    return tmap(lambda x, v: x.at[idx].set(v.astype(x.dtype)), stacked, values)
+
+
+def take_as(stacked, idx, like):
+    """Rows ``idx`` of ``stacked``, in the dtypes of the unbatched tree ``like`` (storage → compute)."""
+    return tmap(lambda x, l: x[idx].astype(l.dtype), stacked, like)
+
+
+def cast(tree, dtype):
+    return tmap(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
 def zeros_stacked(tree, n: int):
