@@ -220,3 +220,17 @@ def test_blown_up_admm_output_is_discarded(monkeypatch):
   assert np.all(np.asarray(info["residual"]) < 1e-6)
   for q, l, k in zip(Q, lam, mask):
     check(q, l, k)
+
+
+def test_auto_method_solves_large_problems_with_pgd():
+  # 300 coordinates (> AUTO_OSQP_MAX): "auto" takes the projected-gradient path, still optimal
+  from fedalf_jax.sim import qp
+  rng = np.random.default_rng(11)
+  Q = make_q("biased", 300, rng)
+  mask = np.ones(300, bool)
+  mask[250:] = False
+  lam_auto = solve_simplex_qp(jnp.asarray(Q, jnp.float32), jnp.asarray(mask))
+  lam_pgd = solve_simplex_qp(jnp.asarray(Q, jnp.float32), jnp.asarray(mask), method="pgd")
+  np.testing.assert_array_equal(np.asarray(lam_auto), np.asarray(lam_pgd))
+  check(Q, lam_auto, mask)
+  assert qp.AUTO_OSQP_MAX < 300

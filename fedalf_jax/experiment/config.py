@@ -28,7 +28,7 @@ LDPS = LDP_NAMES
 DPS = ("none", "gaussian")
 CLIENT_GRADS = ("full", "local")
 LAYERS = ("module", "tensor")
-QP_METHODS = ("osqp", "pgd")
+QP_METHODS = ("auto", "osqp", "pgd")
 CLIENT_MAPS = ("auto", "vmap", "map")
 LOGS = ("csv", "tensorboard")
 STATE_DTYPES = ("float32", "bfloat16")
@@ -86,7 +86,7 @@ class Config:
     history: Optional[bool] = None
     layers: str = "module"
     merge_tol: float = 1e-6
-    qp_method: str = "osqp"
+    qp_method: str = "auto"  # osqp up to 256 QP rows (exact polish), pgd above (docs/benchmarks.md)
     server_target: str = "augmented"
     dual_from: str = "local"  # the paper's; "perturbed" diverged at ε=2 (docs/privacy.md)
     # privacy (docs/privacy.md)

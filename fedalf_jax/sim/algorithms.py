@@ -221,7 +221,7 @@ def fedadmm(*, server_target: str = "increment", dual_from: str = "local") -> Al
 
 
 def fedlf(layer_of, *, client_grad: str = "full", history: bool = True, merge_tol: float = 1e-6,
-          qp_method: str = "osqp") -> Algorithm:
+          qp_method: str = "auto") -> Algorithm:
     """FedLF: the layer-wise fair direction of the clients' full gradients (``client_grad="full"``)
     or of their scaled local-SGD changes ``(θ − w_i)/η_l`` (``"local"``)."""
     if client_grad not in ("full", "local"):
@@ -232,7 +232,7 @@ def fedlf(layer_of, *, client_grad: str = "full", history: bool = True, merge_to
 
 
 def fedalf(layer_of, *, server_target: str = "increment", dual_from: str = "local", history: bool = True,
-           merge_tol: float = 1e-6, qp_method: str = "osqp") -> Algorithm:
+           merge_tol: float = 1e-6, qp_method: str = "auto") -> Algorithm:
     """FedALF: FedADMM's clients and upload, FedLF's fair server."""
     server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method)
     return Algorithm("fedalf", server=server, upload=make_admm_upload(server_target, dual_from),

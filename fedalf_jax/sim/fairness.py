@@ -182,7 +182,7 @@ def _merge_once(bid, nonempty, zero):
 
 
 def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=None, history_gram=None,
-                   merge_tol=1e-6, qp_method="osqp", num_layers=None):
+                   merge_tol=1e-6, qp_method="auto", num_layers=None):
   """Fair direction ``d`` of docs/algorithms.md §3.2 steps 1–6 (gradient sign, already rescaled).
 
   Args:
@@ -195,7 +195,7 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
     history_gram: optional ``[K, H, H]`` per-layer Gram of the history rows among themselves (all
       ``H`` rows, unmasked), kept across rounds with :func:`update_history_gram`; saves ``H²·D``.
     merge_tol: step 4 threshold (static).
-    qp_method: ``"osqp"`` or ``"pgd"`` (static), see :mod:`fedalf_jax.qp`.
+    qp_method: ``"auto"``, ``"osqp"`` or ``"pgd"`` (static), see :mod:`fedalf_jax.qp`.
     num_layers: static number of layers ``K`` (default ``max(layer_of) + 1``).
 
   Returns:

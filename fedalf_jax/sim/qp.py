@@ -24,6 +24,9 @@ Numerics (all of it is jit/vmap safe, float32 friendly):
   float32 floor of the gap where FISTA stalls for thousands of steps on ill-conditioned faces.
   Anything still not converged is polished by PGD from the best point. The loops do not iterate
   for good results.
+* ``method="auto"``: ``osqp`` for up to ``AUTO_OSQP_MAX`` (256) coordinates, ``pgd`` above: the
+  active-set polish does a dense ``n × n`` solve per step (O(n³) whatever the support), which
+  measured 60 s for three 1101-row problems (1,000 clients, 100 per round), against 0.4 s for ``pgd``.
 * ``method="pgd"``: FISTA (accelerated projected gradient) with adaptive restart, projection by
   ``optax.projections.projection_simplex``, step ``1/L`` with ``L`` an upper bound on ``λ_max(Q)``.
 * ``jax.vmap`` of a solve folds the vmapped axes into the batch (``custom_vmap``), so it stays one
@@ -54,6 +57,7 @@ _POLISH_TOL = 1e-7  # osqp results failing the test with this tol are polished (
 _OSQP_SIGMA = 1e-3  # BoxOSQP sigma and rho_min: jaxopt's 1e-6 diverges in float32 on near-singular Q
 _OSQP_RHO_MIN = 1e-3
 _AS_RIDGE = 1e-7  # relative ridge of the active-set KKT solves (Q has unit mean diagonal)
+AUTO_OSQP_MAX = 256  # method="auto": osqp (with its exact active-set polish) up to this many coordinates
 _WARM_BOX = 1e-2  # osqp output outside [−_WARM_BOX, 1 + _WARM_BOX] (or not finite) is discarded
 
 
@@ -231,13 +235,14 @@ def _solve_osqp_batch(Q, mask, maxiter, tol):
   return sol.primal[0], jnp.broadcast_to(state.iter_num, (B,))
 
 
-def solve_simplex_qp_info(Q, mask=None, *, method="osqp", maxiter=None, tol=None):
+def solve_simplex_qp_info(Q, mask=None, *, method="auto", maxiter=None, tol=None):
   """Solves ``argmin_{λ≥0, Σλ=1} ½λᵀQλ`` for ``Q`` of shape ``[..., n, n]``.
 
   Args:
     Q: positive semi-definite matrices ``[..., n, n]`` (may be traced; any float dtype).
     mask: optional bool ``[..., n]``; False coordinates are forced to ``λ = 0``.
-    method: ``"osqp"`` (jaxopt BoxOSQP, default) or ``"pgd"`` (FISTA). Static.
+    method: ``"auto"`` (default: osqp up to 256 coordinates, pgd above), ``"osqp"`` (jaxopt BoxOSQP)
+      or ``"pgd"`` (FISTA). Static.
     maxiter: iteration limit (static; default 1000 for osqp, 5000 for pgd).
     tol: tolerance in rescaled units (static; default 1e-5 for the osqp residuals; 1e-7 for pgd,
       which stops when the Frank–Wolfe gap is ≤ ``tol + 1e-5·λᵀQλ``).
@@ -248,8 +253,8 @@ def solve_simplex_qp_info(Q, mask=None, *, method="osqp", maxiter=None, tol=None
     so this is the shared count plus any per-problem polish steps: active-set solves and PGD
     steps) and ``residual`` (Frank–Wolfe gap of the rescaled problem), each of shape ``[...]``.
   """
-  if method not in ("osqp", "pgd"):
-    raise ValueError(f"unknown method {method!r}; expected 'osqp' or 'pgd'")
+  if method not in ("osqp", "pgd", "auto"):
+    raise ValueError(f"unknown method {method!r}; expected 'osqp', 'pgd' or 'auto'")
   Q = jnp.asarray(Q)
   if Q.ndim < 2 or Q.shape[-1] != Q.shape[-2]:
     raise ValueError(f"Q must be a (batch of) square matrices [..., n, n]; got shape {Q.shape}")
@@ -262,6 +267,8 @@ def solve_simplex_qp_info(Q, mask=None, *, method="osqp", maxiter=None, tol=None
     used = mask[..., :, None] & mask[..., None, :]  # masked rows/columns are ignored, NaN allowed there
     if not bool(jnp.all(jnp.isfinite(Q) | ~used)):
       raise ValueError("Q holds NaN or ±inf in its unmasked entries; the QP needs a finite Gram matrix")
+  if method == "auto":
+    method = "osqp" if n <= AUTO_OSQP_MAX else "pgd"
   if maxiter is None:
     maxiter = 1000 if method == "osqp" else 5000
   if tol is None:
@@ -331,7 +338,7 @@ def _solve_flat(Q, mask, *, method, maxiter, tol):
   return lam, it.astype(jnp.int32), res
 
 
-def solve_simplex_qp(Q, mask=None, *, method="osqp", maxiter=None, tol=None):
+def solve_simplex_qp(Q, mask=None, *, method="auto", maxiter=None, tol=None):
   """``argmin_{λ≥0, Σλ=1} ½λᵀQλ`` batched over the leading axes of ``Q`` (``[..., n, n]``).
 
   See :func:`solve_simplex_qp_info`; this returns only ``λ``.
