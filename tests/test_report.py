@@ -212,7 +212,7 @@ def test_variant_names(tmp_path):
     """Options that differ within a base label name the variants; η, seeds, axes, bookkeeping and
     options the algorithm does not use do not."""
     specs = {
-        "a1": dict(algorithm="fedalf", rho=1.0, lr=0.01, seed=0, eval_every=5),
+        "a1": dict(algorithm="fedalf", rho=1.0, lr=0.01, seed=0, eval_every=5, history=False),
         "a2": dict(algorithm="fedalf", rho=0.1, lr=0.05, seed=1, mu=0.5),
         "a3": dict(algorithm="fedalf", rho=0.1, history=True, dataset="cifar10", clip=5.0),
         "v1": dict(algorithm="fedavg", mu=0.1, lr=0.1),
@@ -236,7 +236,7 @@ def test_variant_names(tmp_path):
     name_variants(runs)
     got = {r.name: r.variant for r in runs}
     assert got == {
-        "a1": "FedALF (history=False, rho=1)", "a2": "FedALF (history=False, rho=0.1)",
+        "a1": "FedALF (history=False, rho=1)", "a2": "FedALF (history=True, rho=0.1)",
         "a3": "FedALF (history=True, rho=0.1)",
         "v1": "FedAvg", "v2": "FedAvg",
         "l1": "LDP-FedALF (epsilon=1)", "l2": "LDP-FedALF (epsilon=2)",

@@ -30,16 +30,16 @@ def hparams(cfg: Config) -> A.HParams:
     """The numeric hyper-parameters as float32 scalars (traced, so runs can be vmapped over them)."""
     f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     return A.HParams(f(cfg.lr), f(cfg.lr_decay), f(cfg.resolved_server_lr), f(cfg.resolved_server_lr_decay),
-                     f(cfg.mu), f(cfg.rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip))
+                     f(cfg.mu), f(cfg.resolved_rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip))
 
 
 def algorithm(cfg: Config, layer_of) -> A.Algorithm:
     """The algorithm's keyword factory called with the config's static choices."""
     fair = dict(history=cfg.resolved_history, merge_tol=cfg.merge_tol, qp_method=cfg.qp_method)
     kw = {
-        "fedadmm": dict(server_target=cfg.server_target, dual_from=cfg.dual_from),
+        "fedadmm": dict(server_target=cfg.resolved_server_target, dual_from=cfg.dual_from),
         "fedlf": dict(client_grad=cfg.client_grad, **fair),
-        "fedalf": dict(server_target=cfg.server_target, dual_from=cfg.dual_from, **fair),
+        "fedalf": dict(server_target=cfg.resolved_server_target, dual_from=cfg.dual_from, **fair),
     }.get(cfg.algorithm, {})
     factory = A.FACTORIES[cfg.algorithm]
     return factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
@@ -130,7 +130,7 @@ def warn_privacy(cfg: Config) -> None:
     cfg.check_privacy()  # warns (once) where a guarantee is only nominal
     private = cfg.ldp != "none" or cfg.dp != "none"
     if (private and cfg.algorithm in ("fedadmm", "fedalf") and cfg.dual_from == "local"
-            and cfg.server_target != "model"):  # "model" uploads w̃ only: the dual stays on the client
+            and cfg.resolved_server_target != "model"):  # "model" uploads w̃ only: the dual stays on the client
         warnings.warn("dual_from=local (the paper's protocol): the ADMM dual is updated from the un-noised "
                       "model and the upload reveals it, so the privacy guarantee does not cover this run; "
                       "--dual-from perturbed keeps it (docs/privacy.md)", UserWarning, stacklevel=2)

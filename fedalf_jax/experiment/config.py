@@ -46,6 +46,15 @@ _SERVER_DEFAULTS = {
 }
 
 
+# FedALF's and FedADMM's upload (server_target) and ADMM penalty ρ when the user gives none: chosen by
+# the multi-seed ablation in docs/results.md (MLP, pat1 and pat2, 200 rounds, 3 seeds). History rows
+# (resolved_history) are on for fedalf as for fedlf: FedALF's server is FedLF's.
+_ADMM_DEFAULTS = {
+    "fedalf": ("increment", 0.01),
+    "fedadmm": ("increment", 1.0),
+}
+
+
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names it and the fix."""
 
@@ -80,14 +89,14 @@ class Config:
     server_lr_decay: Optional[float] = None
     # algorithm hyper-parameters
     mu: float = 0.01
-    rho: float = 1.0
+    rho: Optional[float] = None  # ADMM penalty ρ; default per algorithm (_ADMM_DEFAULTS)
     q: float = 0.1
     client_grad: str = "full"
     history: Optional[bool] = None
     layers: str = "module"
     merge_tol: float = 1e-6
     qp_method: str = "auto"  # osqp up to 256 QP rows (exact polish), pgd above (docs/benchmarks.md)
-    server_target: str = "augmented"
+    server_target: Optional[str] = None  # the ADMM upload; default per algorithm (_ADMM_DEFAULTS)
     dual_from: str = "local"  # the paper's; "perturbed" diverged at ε=2 (docs/privacy.md)
     # privacy (docs/privacy.md)
     ldp: str = "none"
@@ -119,7 +128,17 @@ class Config:
     def resolved_history(self) -> bool:
         if self.history is not None:
             return bool(self.history)
-        return self.algorithm == "fedlf"
+        return self.algorithm in ("fedlf", "fedalf")
+
+    @property
+    def resolved_rho(self) -> float:
+        return self.rho if self.rho is not None else _ADMM_DEFAULTS.get(self.algorithm, ("increment", 1.0))[1]
+
+    @property
+    def resolved_server_target(self) -> str:
+        if self.server_target is not None:
+            return self.server_target
+        return _ADMM_DEFAULTS.get(self.algorithm, ("increment", 1.0))[0]
 
     # ---- (de)serialisation ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -185,7 +204,8 @@ class Config:
         _choice("dp", self.dp, DPS)
         _choice("client_grad", self.client_grad, CLIENT_GRADS)
         _choice("layers", self.layers, LAYERS)
-        _choice("server_target", self.server_target, SERVER_TARGETS)
+        if self.server_target is not None:
+            _choice("server_target", self.server_target, SERVER_TARGETS)
         _choice("dual_from", self.dual_from, DUAL_FROM)
         _choice("qp_method", self.qp_method, QP_METHODS)
         _choice("client_map", self.client_map, CLIENT_MAPS)
@@ -203,8 +223,10 @@ class Config:
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients}); "
                               f"lower --clients-per-round or raise --clients")
-        for name in ("lr", "alpha", "rho", "epsilon", "clip"):
+        for name in ("lr", "alpha", "epsilon", "clip"):
             _pos_float(name, getattr(self, name))
+        if self.rho is not None:
+            _pos_float("rho", self.rho)
         for name in ("mu", "q", "merge_tol"):
             _nonneg_float(name, getattr(self, name))
         for name in ("lr_decay", "server_lr_decay"):
