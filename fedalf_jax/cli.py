@@ -30,8 +30,9 @@ _HELP = {
     "config": "JSON file of options (flags given on the command line override it)",
     "clients": "number of clients N", "clients_per_round": "clients sampled per round m",
     "lr": "local learning rate η_l", "lr_decay": "per-round decay of η_l",
-    "server_lr": "server learning rate η_g (default per algorithm)", "rho": "ADMM penalty ρ (default per algorithm: fedalf 0.01, fedadmm 1)",
-    "server_target": "what an ADMM client uploads: increment (FedADMM's rule, the default), augmented, model",
+    "server_lr": "server learning rate η_g (default per algorithm)", "rho": "ADMM penalty ρ (default per algorithm: fedalf 0.01, fedadmm 0.1)",
+    "server_target": "what an ADMM client uploads: increment (FedADMM's released rule; fedalf's default), "
+                     "augmented, model (fedadmm's default)",
     "mu": "FedProx μ", "q": "qFedAvg q", "epsilon": "privacy budget ε", "delta": "Gaussian DP δ",
     "clip": "Gaussian DP clipping norm", "eval_every": "rounds per compiled chunk between evaluations",
     "out": "run directory (config.json, clients.json, metrics.csv, checkpoint.npz)",

@@ -51,7 +51,7 @@ _SERVER_DEFAULTS = {
 # (resolved_history) are on for fedalf as for fedlf: FedALF's server is FedLF's.
 _ADMM_DEFAULTS = {
     "fedalf": ("increment", 0.01),
-    "fedadmm": ("increment", 1.0),
+    "fedadmm": ("model", 0.1),
 }
 
 

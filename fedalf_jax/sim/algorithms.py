@@ -214,7 +214,7 @@ def qfedavg() -> Algorithm:
     return Algorithm("qfedavg", server=qfedavg_server, upload=model_upload, needs_loss=True)
 
 
-def fedadmm(*, server_target: str = "increment", dual_from: str = "local") -> Algorithm:
+def fedadmm(*, server_target: str = "model", dual_from: str = "local") -> Algorithm:
     """FedADMM: ADMM local objective and dual, ``θ ← θ − η_g mean_i Δ_i``."""
     return Algorithm("fedadmm", server=mean_server, upload=make_admm_upload(server_target, dual_from),
                      penalty=admm_penalty, has_dual=True)
