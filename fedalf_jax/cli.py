@@ -24,7 +24,7 @@ _CHOICES = {
     "model": C.MODELS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
     "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "qp_method": C.QP_METHODS, "log": C.LOGS,
     "neighbouring": C.NEIGHBOURING, "state_dtype": C.STATE_DTYPES,
-    "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
+    "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "run_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
 }
 _HELP = {
     "config": "JSON file of options (flags given on the command line override it)",
@@ -45,6 +45,7 @@ _HELP = {
     "log": "metric writers: csv (metrics.csv, always written), tensorboard (also TensorBoard scalars)",
     "conv_impl": "convolution implementation: auto (per backend), lax, im2col, ...",
     "client_map": "how the compiled round maps over clients: vmap, map (lax.map), auto (per backend)",
+    "run_map": "how a sweep's program maps over its runs: vmap, map (lax.map, one after another), auto (map on CPU)",
 }
 
 

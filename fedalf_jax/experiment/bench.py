@@ -112,18 +112,19 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
     single-run programs, one chunk of ``eval_every`` rounds with its evaluation per call, timed
     interleaved in one process (medians). ``speedup`` > 1: the sweep is faster than its runs one after
     another."""
-    from .loop import Program
+    from .loop import Program, default_run_map
     from .sweep import _Group
     length = min(cfg.eval_every, cfg.rounds)
     res = {"backend": jax.default_backend(), "device": str(jax.devices()[0]), "algorithm": cfg.algorithm,
-           "model": cfg.model, "dataset": cfg.dataset, "rounds_per_call": length, "widths": {}}
+           "model": cfg.model, "dataset": cfg.dataset, "rounds_per_call": length, "widths": {},
+           "run_map": default_run_map() if cfg.run_map == "auto" else cfg.run_map}
     for width in widths:
         group = _Group([(cfg.replace(seed=cfg.seed + i, out=None), None) for i in range(width)])
         idx = list(range(width))
         swept = group.inputs(idx)
         singles = [group.single_inputs(i) for i in idx]
         t0 = time.perf_counter()
-        f_sweep = Program(group.spec, batched=True, data_axes=group.axes).compiled(length, *swept)
+        f_sweep = Program(group.spec, batched=True, data_axes=group.axes, run_map=group.run_map).compiled(length, *swept)
         compile_sweep = time.perf_counter() - t0
         t0 = time.perf_counter()
         one = Program(group.spec)

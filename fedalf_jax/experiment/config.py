@@ -75,6 +75,7 @@ class Config:
     model: str = "cnn"
     conv_impl: str = "auto"
     client_map: str = "auto"
+    run_map: str = "auto"  # a sweep's runs in one program: vmap, map (lax.map), auto (per backend)
     devices: int = 1  # run: shard the sampled clients over D devices; sweep: shard the runs
     state_dtype: str = "float32"  # storage of per-client rows (ADMM duals, history): float32 or bfloat16
     # federated setting (docs/algorithms.md §2)
@@ -209,6 +210,7 @@ class Config:
         _choice("dual_from", self.dual_from, DUAL_FROM)
         _choice("qp_method", self.qp_method, QP_METHODS)
         _choice("client_map", self.client_map, CLIENT_MAPS)
+        _choice("run_map", self.run_map, CLIENT_MAPS)
         _choice("log", self.log, LOGS)
         _choice("state_dtype", self.state_dtype, STATE_DTYPES)
         _choice("neighbouring", self.neighbouring, NEIGHBOURING)

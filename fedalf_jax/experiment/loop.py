@@ -40,9 +40,10 @@ class Program:
     """
 
     def __init__(self, spec, *, batched: bool = False, data_axes=None, progress: Optional[Progress] = None,
-                 devices: int = 1):
+                 devices: int = 1, run_map: str = "vmap"):
         self.spec = spec
         self.batched = batched
+        self.run_map = run_map  # a batch's runs: "vmap" (batched together) or "map" (one after another)
         self.devices = devices  # a batch's run axis is sharded over this many devices
         self.data_axes = data_axes
         self.progress = progress
@@ -69,9 +70,9 @@ class Program:
         return self.spec.client_devices if not self.batched else 1
 
     def _jit(self, fn, in_axes, donate: bool = False):
-        """``fn`` (vmapped for a batch) under ``jit``; ``donate``: the state argument's buffers are reused
-        for the new state (no second copy of the duals and history rows in memory)."""
-        f = jax.vmap(fn, in_axes=in_axes) if self.batched else fn
+        """``fn`` (mapped over the runs of a batch) under ``jit``; ``donate``: the state argument's buffers
+        are reused for the new state (no second copy of the duals and history rows in memory)."""
+        f = (map_runs(fn, in_axes, self.run_map) if self.batched else fn)
         ms = self._mesh_specs()
         if ms is None:
             return jax.jit(f, donate_argnums=(0,) if donate else ())
@@ -130,6 +131,33 @@ class Program:
     def __call__(self, state, hp, data, length: int):
         state, hp, data = self.place(state, hp, data)
         return self.compiled(length, state, hp, data)(state, hp, data)
+
+
+def default_run_map(backend: Optional[str] = None) -> str:
+    """``vmap`` everywhere. On CPU (``client_map="map"``) a vmapped sweep maps every (run, client) pair
+    with the single-run shapes (:func:`fedalf_jax.sim.round.clients_of_all_runs_in_turn`), so it is
+    as fast as the runs one after another and equal to them; ``run_map="map"`` (``lax.map`` over whole
+    runs) is the alternative, measured at the same speed (docs/benchmarks.md)."""
+    del backend
+    return "vmap"
+
+
+def map_runs(fn, in_axes, how: str):
+    """``fn(state, hp, data)`` over the leading run axis of ``state``, ``hp`` and the fields of ``data``
+    (a :class:`ClientData`) whose entry in ``in_axes[2]`` is 0 (``None``: shared by all runs):
+    ``jax.vmap``, or ``lax.map`` (each run computed exactly as unbatched, one after another)."""
+    if how == "vmap":
+        return jax.vmap(fn, in_axes=in_axes)
+    data_axes = in_axes[2]
+    batched = [f for f, a in zip(data_axes._fields, data_axes) if a == 0]
+
+    def mapped(state, hp, data):
+        def one(args):
+            s, h, rows = args
+            return fn(s, h, data._replace(**dict(zip(batched, rows))))
+        return jax.lax.map(one, (state, hp, tuple(getattr(data, f) for f in batched)))
+
+    return mapped
 
 
 def to_host(tree):

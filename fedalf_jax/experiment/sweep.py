@@ -9,9 +9,9 @@ its own program.
 
 Every run writes the run directory ``fedalf run`` would write, under ``out/<name>``; ``out/sweep.json``
 lists them. A run of a sweep gives the metrics of the single ``fedalf run`` with the same config bit
-for bit (tests/test_sweep.py): clients are batched across runs, and each run's server step runs on its
-own (:func:`fedalf_jax.sim.round.per_run`). ``resume=True`` finishes the runs that have no
-``summary.json``, each from its last checkpoint.
+for bit (tests/test_sweep.py): each run's clients, server QPs and evaluations are computed with the
+shapes of a single run (:func:`fedalf_jax.sim.batching.per_run`), only exact batched matmuls are
+shared. ``resume=True`` finishes the runs that have no ``summary.json``, each from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 from ..sim.round import ClientData, init_state
 from .build import check_devices, client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
 from .config import CONTINUOUS, Config, ConfigError
-from .loop import Program, Slot, train
+from .loop import Program, Slot, default_run_map, train
 from .progress import Progress
 from .rundir import RunDir, read_sweep, write_sweep
 
@@ -232,6 +232,7 @@ class _Group:
         warn_privacy(cfg0)
         check_devices(cfg0)
         self.devices = cfg0.devices
+        self.run_map = default_run_map() if cfg0.run_map == "auto" else cfg0.run_map
         self.pools = [load_pool(c) for c, _ in members]
         self.shared_pool = len({pool_key(c) for c, _ in members}) == 1
         self.spec = make_spec(cfg0, self.pools[0])
@@ -247,7 +248,8 @@ class _Group:
         for i, s in enumerate(self.starts):
             by_start.setdefault(s, []).append(i)
         width = self.width
-        program = Program(self.spec, batched=True, data_axes=self.axes, progress=bar, devices=self.devices)
+        program = Program(self.spec, batched=True, data_axes=self.axes, progress=bar, devices=self.devices,
+                          run_map=self.run_map)
 
         def on_row(slot, row):
             if row["round"] == slot.cfg.rounds and math.isfinite(row["mean_acc"]):

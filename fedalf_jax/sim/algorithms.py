@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from . import tree as T
+from .batching import per_run
 
 
 class HParams(NamedTuple):
@@ -140,6 +141,7 @@ def mean_server(s: ServerIn):
     return T.sub(s.theta, T.scale(step, s.server_lr_t)), s.sstate, _no_info()
 
 
+@per_run
 def qfedavg_server(s: ServerIn):
     """q-FFL: Δ_i = F^q Δw_i, h_i = q F^{q−1}‖Δw_i‖² + F^q/η_l, θ ← θ − ΣΔ_i/Σh_i, Δw_i = (θ−w_i)/η_l."""
     F = s.losses + 1e-10

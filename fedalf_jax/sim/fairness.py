@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .batching import per_run
 from .qp import solve_simplex_qp_info
 
 __all__ = ["fair_direction", "fair_weights", "module_layers", "tensor_layers", "update_history_gram"]
@@ -247,22 +248,41 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
 @functools.partial(jax.jit, static_argnames=("ids", "num_layers", "merge_tol", "qp_method"))
 def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gram, *, ids, num_layers,
                            merge_tol, qp_method):
-  """:func:`fair_direction` on flat leaf lists (jitted, so eager calls hit the compile cache)."""
-  K = num_layers
-  dtype = leaves[0].dtype
+  """:func:`fair_direction` on flat leaf lists (jitted, so eager calls hit the compile cache).
+
+  Three phases: the Grams (the ``D``-sized work, plain matmuls), the coefficients of ``d`` over the
+  rows (steps 1–6 from the Grams alone: ``[K, r]``-sized) and their application to the rows (``D``-sized
+  again). Under ``jax.vmap`` (a sweep) the middle phase runs once per element (:func:`per_run`), so a
+  batched call gives every element exactly what an unbatched call gives, while the ``D``-sized phases
+  stay batched and the history rows are never copied per run.
+  """
   m = leaves[0].shape[0]
-  losses = losses.reshape((m,))
-
-  H = 0
-  if hist_leaves is not None:
-    H = hist_leaves[0].shape[0]
-    hmask = jnp.ones((H,), bool) if history_mask is None else history_mask.reshape((H,))
-  else:
+  H = 0 if hist_leaves is None else hist_leaves[0].shape[0]
+  if hist_leaves is None:
     hmask = jnp.ones((0,), bool)
-
-  # Per-layer raw Grams [K, r, r] (masked history rows zeroed: they affect nothing).
-  R, cc, ch = _layer_grams(leaves, hist_leaves, ids, K, history_gram)
+  else:
+    hmask = jnp.ones((H,), bool) if history_mask is None else history_mask.reshape((H,))
+  R, cc, ch = _layer_grams(leaves, hist_leaves, ids, num_layers, history_gram)
+  W, info = per_run(functools.partial(_coefficients, m=m, merge_tol=merge_tol, qp_method=qp_method))(
+      R, losses.reshape((m,)), hmask)
+  d_leaves = []
+  for i, (x, k) in enumerate(zip(leaves, ids)):
+    d = jnp.einsum("i,i...->...", W[k, :m], x, precision=_HI)
+    if H:
+      d = d + jnp.einsum("i,i...->...", W[k, m:], hist_leaves[i], precision=_HI)
+    d_leaves.append(d)
+  info["client_gram"] = cc
   if H:
+    info["cross_gram"] = ch
+  return d_leaves, info
+
+
+def _coefficients(R, losses, hmask, *, m, merge_tol, qp_method):
+  """Steps 1–6 from the per-layer raw Grams ``R [K, r, r]``: the coefficients ``W [K, r]`` of the
+  (rescaled) direction over the raw rows, ``d_L = W_L · rows``, and the info dict."""
+  K = R.shape[0]
+  dtype = R.dtype
+  if hmask.shape[0]:  # masked history rows zeroed: they affect nothing
     ok = jnp.concatenate([jnp.ones((m,), bool), hmask])
     R = jnp.where(ok[None, :, None] & ok[None, None, :], R, 0.0)
 
@@ -300,15 +320,6 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gr
   scale = jnp.where(d_norm > 0, mean_norm / jnp.where(d_norm > 0, d_norm, 1.0), 1.0)
   fallback = jnp.max(-scale * dots) > _FALLBACK_TOL
   factor = jnp.where(fallback, 1.0, scale)
-  W = factor * W
-
-  d_leaves = []
-  for x, k, i in zip(leaves, ids, range(len(leaves))):
-    d = jnp.einsum("i,i...->...", W[k, :m], x, precision=_HI)
-    if H:
-      d = d + jnp.einsum("i,i...->...", W[k, m:], hist_leaves[i], precision=_HI)
-    d_leaves.append(d)
-
   info = {
       "model_conflicts": jnp.sum(factor * dots < 0).astype(jnp.int32),
       "layer_conflicts": jnp.sum(factor * P < 0).astype(jnp.int32),
@@ -318,8 +329,5 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gr
       "fallback": fallback,
       "block_of_layer": bid,
       "lambdas": lam[bid],
-      "client_gram": cc,
   }
-  if H:
-    info["cross_gram"] = ch
-  return d_leaves, info
+  return factor * W, info

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .batching import per_run
 from .client import evaluate_clients
 from .round import METRIC_KEYS, ClientData, RoundSpec, RunState, run_rounds
 
@@ -31,8 +32,13 @@ class ChunkOut(NamedTuple):
 
 
 def evaluate(spec: RoundSpec, variables, data: ClientData) -> EvalOut:
-    """Accuracy and loss of ``variables`` on every client's test split."""
-    return EvalOut(*evaluate_clients(spec.model, variables, data.x, data.y, data.test_idx, data.test_n))
+    """Accuracy and loss of ``variables`` on every client's test split (once per run under ``vmap``:
+    each run's evaluation exactly as a single run's)."""
+    return EvalOut(*_per_run_eval(spec.model)(variables, data.x, data.y, data.test_idx, data.test_n))
+
+
+def _per_run_eval(model):
+    return per_run(lambda v, x, y, idx, n: evaluate_clients(model, v, x, y, idx, n))
 
 
 def train_losses(spec: RoundSpec, state: RunState, hp, data: ClientData):
@@ -40,7 +46,7 @@ def train_losses(spec: RoundSpec, state: RunState, hp, data: ClientData):
     every training sample (6× the test split on FMNIST), so the run loop makes it a program of its own
     and calls it on the ``train_loss_every`` cadence, not at every evaluation."""
     del hp
-    return evaluate_clients(spec.model, state.variables, data.x, data.y, data.train_idx, data.train_n)[1]
+    return _per_run_eval(spec.model)(state.variables, data.x, data.y, data.train_idx, data.train_n)[1]
 
 
 def make_chunk(spec: RoundSpec, length: int, *, tick=None):
