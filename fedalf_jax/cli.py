@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most runs in one program call (bounds memory; default: all runs of a combination)")
     s.add_argument("--resume", action="store_true",
                    help="finish the unfinished runs of the sweep in --out (with the sweep's options: start it "
-                        "if it has not written sweep.json yet)")
+                        "if it has not written sweep.json yet; with only --rounds N: extend every run to N rounds)")
     s.add_argument("--shard", default=None, metavar="I/K",
                    help="run slice I of K of the sweep's program calls (K alone: I from SLURM_ARRAY_TASK_ID); "
                         "the slices share --out")
@@ -196,6 +196,11 @@ def _cmd_sweep(args) -> int:
     given.pop("out", None)  # the sweep's folder, not a run option
     shard = S.parse_shard(args.shard)
     planned = (Path(args.out) / "sweep.json").is_file()
+    rounds = None
+    if args.resume and planned and set(given) == {"rounds"} and not (args.seeds or args.config):
+        if len(given["rounds"]) != 1:
+            raise ConfigError("--resume --rounds N extends every run of the sweep to N rounds: give one value")
+        rounds = given.pop("rounds")[0]
     if args.resume and planned:
         if given or args.seeds or args.config:  # the flags must describe the sweep that is there
             configs = _sweep_configs(args, given)
@@ -203,8 +208,9 @@ def _cmd_sweep(args) -> int:
             if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(
                     json.dumps({**c, "out": None}, sort_keys=True) for c in there):
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
-                                  f"resume it with only --out (and --sweep-chunk, --no-progress)")
-        res = S.resume(args.out, chunk=args.sweep_chunk, progress=not args.no_progress, shard=shard)
+                                  f"resume it with only --out (and --rounds N to extend it, --sweep-chunk, "
+                                  f"--no-progress)")
+        res = S.resume(args.out, chunk=args.sweep_chunk, progress=not args.no_progress, shard=shard, rounds=rounds)
     elif args.resume and not (given or args.seeds or args.config):
         raise ConfigError(f"--resume: {Path(args.out) / 'sweep.json'} not found; give the sweep's options to start it")
     else:  # a new sweep (also --resume of a sweep killed before it wrote sweep.json)

@@ -114,6 +114,21 @@ def test_resume_finishes_only_the_unfinished_runs(tmp_path, monkeypatch):
     assert [r.status() for r in find_runs([cut])] == ["done", "done"]
 
 
+def test_resume_with_more_rounds_extends_a_finished_sweep_as_if_it_had_run_them(tmp_path, capsys):
+    grid = ["sweep", *TINY, "--algorithm", "fedalf", "--lr", "0.05", "0.1", "--train-loss-every", "1"]
+    assert main([*grid, "--rounds", "6", "--out", str(tmp_path / "long")]) == 0
+    assert main([*grid, "--rounds", "4", "--out", str(tmp_path / "short")]) == 0
+    assert main(["sweep", "--resume", "--rounds", "6", "--out", str(tmp_path / "short"), "--no-progress"]) == 0
+    for name in ("fedalf_lr0.05", "fedalf_lr0.1"):
+        rd = RunDir(tmp_path / "short" / name)
+        assert rd.status() == "done" and rd.summary()["round"] == 6 and rd.config().rounds == 6
+        _assert_same_metrics(tmp_path / "long" / name / "metrics.csv", rd.path / "metrics.csv", exact=True)
+    assert all(r["config"]["rounds"] == 6 for r in json.loads((tmp_path / "short" / "sweep.json").read_text())["runs"])
+    capsys.readouterr()
+    assert main(["sweep", "--resume", "--rounds", "2", "--out", str(tmp_path / "short"), "--no-progress"]) == 2
+    assert "extended, not shortened" in capsys.readouterr().err
+
+
 def test_sweep_refuses_bad_input(tmp_path, capsys):
     def err(argv):
         code = main(argv)

@@ -117,8 +117,12 @@ def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None
 
 
 def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,
-           shard: Optional[tuple[int, int]] = None) -> list[dict]:
+           shard: Optional[tuple[int, int]] = None, rounds: Optional[int] = None) -> list[dict]:
     """Run every run of the sweep in ``out`` that has not ended (from its checkpoint, if any).
+
+    ``rounds``: extend every run to this many rounds (not fewer than it has): the finished runs go on
+    from their final checkpoint, exactly as runs of ``rounds`` rounds (the learning-rate schedules
+    depend on the round only), e.g. a 200-round sweep continued to 500.
 
     ``chunk`` defaults to the sweep's own; each program call keeps the width it had (a combination's
     run count, or ``chunk``), so a resumed run computes exactly what it would have computed.
@@ -132,6 +136,8 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     RunDir(root).create()  # removes a temporary file a killed write left
     info = read_sweep(root)
     entries = info["runs"]
+    if rounds is not None:
+        entries = _extend(root, info, rounds)
     chunk = chunk if chunk is not None else info.get("chunk")
     members: dict[str, list] = {}
     for e in entries:
@@ -150,7 +156,7 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
                 mine += runs[c:c + width]
                 total += min(width, len(runs) - c)
             calls += 1
-        todo = [(cfg, rd) for cfg, rd in mine if rd.status() not in ("done", "diverged")]
+        todo = [(cfg, rd) for cfg, rd in mine if not _ended(cfg, rd)]
         if todo:
             plans.append(_Group(todo, width=width))
     state = {"done": total - sum(len(g.members) for g in plans), "best": -math.inf, "total": total}
@@ -162,6 +168,28 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     finally:
         bar.close()
     return results(root)
+
+
+def _extend(root: Path, info: dict, rounds: int) -> list[dict]:
+    """Set every run's ``rounds`` to ``rounds`` in ``sweep.json`` (the run directories' ``config.json``
+    follow when each run starts again)."""
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+        raise ConfigError(f"--rounds must be a positive integer, got {rounds!r}")
+    most = max(e["config"]["rounds"] for e in info["runs"])
+    if rounds < most:
+        raise ConfigError(f"--resume --rounds {rounds}: the sweep in {root} already has runs of {most} rounds; "
+                          f"a sweep can be extended, not shortened")
+    entries = [{**e, "config": {**e["config"], "rounds": rounds}} for e in info["runs"]]
+    write_sweep(root, entries, {k: v for k, v in info.items() if k != "runs"})
+    return entries
+
+
+def _ended(cfg: Config, rd: RunDir) -> bool:
+    """Diverged, or done with all of ``cfg.rounds`` (a done run of an extended sweep goes on)."""
+    s = rd.summary()
+    if s is None:
+        return False
+    return s.get("status", "done") == "diverged" or s.get("round", cfg.rounds) >= cfg.rounds
 
 
 def parse_shard(text: Optional[str], environ=None) -> Optional[tuple[int, int]]:
