@@ -46,7 +46,7 @@ def sweep(out: Path, options: list[str], rounds: int, seeds: list[str]) -> None:
         cmd = ["fedalf", "sweep", *options, "--rounds", str(rounds), "--seeds", *seeds, "--out", str(out),
                "--no-progress"]
     print("$", " ".join(cmd), flush=True)
-    subprocess.run([str(Path(sys.executable).parent / cmd[0]), *cmd[1:]], check=True)
+    subprocess.run([sys.executable, "-m", "fedalf_jax.cli", *cmd[1:]], check=True)
 
 
 def best_eta(out: Path, key: str) -> dict[str, str]:
