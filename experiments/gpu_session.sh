@@ -9,8 +9,8 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux2014_x86_64 -d .whl jaxopt==0.8.5
 #   mkdir -p .data && cp /usr/share/datasets/fashion-mnist/*.gz .data/
-# Then call the device tool's run with carry [".whl", ".data", "runs/seed-mlp"] (runs/seed-mlp: the
-# 200-round sweeps to extend; optional) and the command
+# Then call the device tool's run with carry [".whl", ".data"] (run directories with checkpoints are
+# too big to carry: the MLP history rows are 80 MB a run) and the command
 #   bash experiments/gpu_session.sh
 # Everything it measures lands in $OUT (JSON + logs + a tarball of the new run directories' small files).
 set -uo pipefail
@@ -31,9 +31,9 @@ for m in cnn mlp; do for a in fedavg fedalf; do
 done; done
 # 2. sweep-width scaling: W runs vmapped in one program against W separate runs
 budget 150 $F bench --model cnn --algorithm fedalf --sweep-width 1 4 16 64 --repeats 5 --json "$OUT/sweep_width_cnn.json"
-# 3. the CNN seed experiment (200 rounds, 2 seeds) and the MLP one extended to 500 rounds
+# 3. the CNN seed experiment (200 rounds, 2 seeds) and the MLP one at 500 rounds, 5 seeds
 budget 200 python3 experiments/seed_experiment.py --model cnn --rounds 200 --tune-seeds 0 1 --extra-seeds \
     --only fedavg fedlf-local fedalf ldp-fedalf-local ldp-fedalf-perturbed --out runs/seed-cnn
-[ -d runs/seed-mlp ] && budget 120 python3 experiments/seed_experiment.py --model mlp --rounds 500 --out runs/seed-mlp
+budget 150 python3 experiments/seed_experiment.py --model mlp --rounds 500 --out runs/seed-mlp-500
 tar czf "$OUT/runs.tgz" --exclude='*.npz' runs 2>/dev/null
 ls -la "$OUT"
