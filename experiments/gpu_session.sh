@@ -35,5 +35,9 @@ budget 150 $F bench --model cnn --algorithm fedalf --sweep-width 1 4 16 64 --rep
 budget 200 python3 experiments/seed_experiment.py --model cnn --rounds 200 --tune-seeds 0 1 --extra-seeds \
     --only fedavg fedlf-local fedalf ldp-fedalf-local ldp-fedalf-perturbed --out runs/seed-cnn
 budget 150 python3 experiments/seed_experiment.py --model mlp --rounds 500 --out runs/seed-mlp-500
+# 4. FedALF's ablation (docs/results.md §1): upload rule × history × ρ, both partitions, 3 seeds
+budget 150 $F sweep --algorithm fedalf --server-target increment augmented model --history on off \
+    --rho 0.01 0.1 1 --model mlp --partition pat1 pat2 --lr 0.05 --seeds 0 1 2 --rounds 200 \
+    --out runs/ablation-fedalf --no-progress --resume
 tar czf "$OUT/runs.tgz" --exclude='*.npz' runs 2>/dev/null
 ls -la "$OUT"
