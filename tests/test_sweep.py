@@ -42,11 +42,12 @@ def _assert_same_metrics(a, b, *, exact: bool):
                 np.testing.assert_allclose(float(x[k]), float(y[k]), rtol=1e-4, atol=1e-5, err_msg=k)
 
 
-def test_each_run_of_a_sweep_equals_its_single_run(tmp_path, capsys):
+@pytest.mark.parametrize("run_map", ["auto", "vmap"])  # auto: map on CPU
+def test_each_run_of_a_sweep_equals_its_single_run(tmp_path, capsys, run_map):
     out = tmp_path / "sw"
     # 4 runs of one combination (seeds × lr), 3 per program call: the second call has a padding slot
     assert main(["sweep", *TINY, "--algorithm", "fedalf", "--seeds", "0", "1", "--lr", "0.02", "0.1",
-                 "--sweep-chunk", "3", "--out", str(out)]) == 0
+                 "--sweep-chunk", "3", "--run-map", run_map, "--out", str(out)]) == 0
     assert "4 runs: 4 done" in capsys.readouterr().out
     listed = json.loads((out / "sweep.json").read_text())["runs"]
     assert sorted(r["name"] for r in listed) == ["fedalf_lr0.02_seed0", "fedalf_lr0.02_seed1",
