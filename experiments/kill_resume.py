@@ -4,7 +4,8 @@
 
 Each trial starts the same small sweep (synthetic data; FedALF with history rows and FedAvg, seeds
 × learning rates, a checkpoint every 2 rounds, 3 runs per program call) in a subprocess, kills it
-with SIGKILL after a random delay, then runs ``fedalf sweep ... --resume`` with the same options to
+with SIGKILL after a random number of its evaluation rows have been written (plus a random fraction
+of a second), then runs ``fedalf sweep ... --resume`` with the same options to
 completion. It checks that every run's metrics.csv equals the uninterrupted sweep's (every column but
 seconds_per_round), that every run is done, and that no temporary file is left behind.
 """
@@ -31,6 +32,17 @@ SWEEP = ["--dataset", "synthetic", "--model", "mlp", "--clients", "8", "--client
 def fedalf(*args, **kw):
     return subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", "sweep", *SWEEP, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+
+
+def rows(root: Path) -> int:
+    """Evaluation rows written so far over all the sweep's runs."""
+    n = 0
+    for m in root.glob("*/metrics.csv"):
+        try:
+            n += max(0, sum(1 for _ in open(m)) - 1)
+        except OSError:
+            pass
+    return n
 
 
 def metrics(root: Path) -> dict:
@@ -77,11 +89,19 @@ def main() -> int:
     failures = 0
     for k in range(a.kills):
         d = root / f"trial{k}"
-        delay = rng.uniform(0.1 * duration, 0.95 * duration)
+        # the kill lands after a random number of the sweep's evaluation rows (so it falls inside the
+        # sweep whatever the machine's load), plus up to 0.2 s (anywhere in the code)
+        target = rng.randint(1, rows(root / "reference") - 8)  # rows arrive a program call at a time
+        extra = rng.uniform(0.0, 0.2)
+        t_start = time.time()
         proc = fedalf("--out", str(d))
-        time.sleep(delay)
+        while rows(d) < target and proc.poll() is None:
+            time.sleep(0.02)
+        time.sleep(extra)
+        delay = time.time() - t_start
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        at = rows(d)
         ckpts = len(list(d.glob("*/checkpoint.npz"))) if d.exists() else 0
         done = len(list(d.glob("*/summary.json"))) if d.exists() else 0
         if fedalf("--resume", "--out", str(d)).wait() != 0:
@@ -90,7 +110,7 @@ def main() -> int:
             continue
         problems = check(d, ref)
         failures += bool(problems)
-        print(f"trial {k}: killed after {delay:.1f} s ({done} runs done, {ckpts} with a checkpoint) -> "
+        print(f"trial {k}: killed after {delay:.1f} s, at {at} of {rows(root / 'reference')} rows ({done} runs done, {ckpts} with a checkpoint) -> "
               f"{'identical metrics, all done, no temporary files' if not problems else '; '.join(problems)}")
     return 1 if failures else 0
 
