@@ -59,7 +59,7 @@ def test_each_run_of_a_sweep_equals_its_single_run(tmp_path, capsys, run_map):
         single = tmp_path / f"single_{r['name']}"
         assert main(["run", "--config", str(rd.path / "config.json"), "--out", str(single), "--no-progress"]) == 0
         # Bit for bit: the runs' clients, server QPs and evaluations are computed with single-run shapes
-        # (sim/batching.per_run, round.clients_of_all_runs_in_turn), only exact batched matmuls batched.
+        # (sim/batching.per_run, batching.each_pair_in_turn), only exact batched matmuls batched.
         _assert_same_metrics(rd.path / "metrics.csv", single / "metrics.csv", exact=True)
         assert json.loads((single / "config.json").read_text()) == {**r["config"], "out": str(single)}
 
