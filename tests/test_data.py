@@ -2,8 +2,12 @@
 
 import gzip
 import importlib.util
+import io
 import os
+import pathlib
 import pickle
+import pickletools
+import re
 import tarfile
 
 import numpy as np
@@ -267,6 +271,84 @@ def test_cifar_corrupt_pickle_names_file(tmp_path):
         pickle.dump({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]}, f)
     with pytest.raises(DataError, match="corrupt CIFAR batch .*data_batch_3"):
         load_dataset("cifar10", data_dir=tmp_path)
+
+
+class _Py2Pickler(pickle._Pickler):
+    """Writes bytes as Python 2 cPickle wrote str (SHORT_BINSTRING / BINSTRING), as in real CIFAR files."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def _save_py2_str(self, obj):
+        head = pickle.SHORT_BINSTRING + bytes([len(obj)]) if len(obj) < 256 else (
+            pickle.BINSTRING + len(obj).to_bytes(4, "little"))
+        self.write(head + obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = _save_py2_str
+
+
+def _dumps(obj, protocol):
+    if protocol != "py2":
+        return pickle.dumps(obj, protocol=protocol)
+    buf = io.BytesIO()
+    _Py2Pickler(buf, protocol=2).dump(obj)
+    # NumPy 1.x (and the real files) name numpy.core.multiarray; NumPy 2 writes numpy._core.multiarray
+    return buf.getvalue().replace(b"numpy._core.multiarray\n", b"numpy.core.multiarray\n")
+
+
+@pytest.mark.parametrize("protocol", ["py2", 2, 3, 4, 5])
+def test_cifar_pickles_of_every_protocol_load(tmp_path, protocol):
+    folder, batches = write_cifar10(tmp_path)
+    batches["data_batch_2"][b"filenames"] = [b"x.png", b""]  # an empty bytes pickles differently
+    batches["data_batch_2"][b"scalar"] = np.int64(7)
+    for name, b in batches.items():
+        blob = _dumps(b, protocol)
+        if protocol == "py2":
+            names = {a for op, a, _ in pickletools.genops(blob) if op.name == "GLOBAL"}
+            assert names == {"numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype",
+                             *(["numpy.core.multiarray scalar"] if name == "data_batch_2" else [])}
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(blob)
+    ds = load_dataset("cifar10", data_dir=tmp_path)
+    labels = sum((batches[f"data_batch_{i}"][b"labels"] for i in range(1, 6)), [])
+    np.testing.assert_array_equal(ds.y_train, labels)
+    expect = batches["test_batch"][b"data"].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1) / 255.0
+    raw = ds.x_test * np.array(D.CIFAR10_STD) + np.array(D.CIFAR10_MEAN)
+    np.testing.assert_allclose(raw, expect, atol=1e-5)
+
+
+class _Payload:
+    """Unpickling this calls ``fn(*args)``: what a crafted CIFAR file would do."""
+
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+@pytest.mark.parametrize("payload, refused", [
+    (lambda m: _Payload(os.system, f"touch {m}"), "os.system|posix.system"),
+    (lambda m: _Payload(exec, f"open({str(m)!r}, 'w').close()"), "builtins.exec|__builtin__.exec"),
+    # protocol 2 writes Path.touch as getattr(Path, "touch")
+    (lambda m: _Payload(pathlib.Path.touch, pathlib.Path(m)), "pathlib|__builtin__.getattr"),
+])
+def test_cifar_pickle_that_runs_code_is_refused(tmp_path, protocol, payload, refused):
+    folder, _ = write_cifar10(tmp_path / "data")
+    live = tmp_path / "live"  # the payload does run when unpickled without the restriction
+    pickle.loads(pickle.dumps(payload(live), protocol=protocol))
+    assert live.exists()
+    marker = tmp_path / "pwned"
+    blob = pickle.dumps({b"data": payload(marker), b"labels": [0]}, protocol=protocol)
+    with open(os.path.join(folder, "data_batch_1"), "wb") as f:
+        f.write(blob)
+    with pytest.raises(DataError) as e:
+        load_dataset("cifar10", data_dir=tmp_path / "data")
+    assert not marker.exists()  # refused before anything ran
+    pattern = rf"CIFAR batch \S*data_batch_1 refers to ({refused})[\w.]*, which .*refusing to load it"
+    assert re.match(pattern, str(e.value)), e.value  # the refusal itself, not wrapped in "cannot read"
+    assert "\n" not in str(e.value)
 
 
 # ---------------------------------------------------------------------------- synthetic

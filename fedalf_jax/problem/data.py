@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import os
 import pickle
 import tarfile
@@ -263,11 +264,68 @@ _CIFAR_LAYOUT = {
 }
 
 
+try:  # NumPy 2 renamed numpy.core to numpy._core; pickles name either, depending on who wrote them
+    from numpy._core import multiarray as _multiarray, numeric as _numeric
+except ImportError:  # pragma: no cover - NumPy 1.x
+    from numpy.core import multiarray as _multiarray, numeric as _numeric
+
+
+def _latin1_bytes(text: str, encoding: str) -> bytes:
+    """Stands in for ``_codecs.encode``: Python 3 writes bytes at protocol <= 2 as encode(text, 'latin1')."""
+    if encoding != "latin1" or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"_codecs.encode called with {encoding!r}, not 'latin1'")
+    return text.encode("latin1")
+
+
+def _empty_bytes() -> bytes:
+    """Stands in for ``bytes``: Python 3 writes an empty bytes at protocol <= 2 as bytes()."""
+    return b""
+
+
+# Every global a CIFAR batch may name. Containers, bytes, strings and numbers are opcodes, not globals;
+# a NumPy array is _reconstruct(ndarray, (0,), b"b") plus a dtype; the rest is what other writers emit.
+_CIFAR_GLOBALS = {
+    (mod, name): obj
+    for mods, name, obj in (
+        (("numpy.core.multiarray", "numpy._core.multiarray"), "_reconstruct", _multiarray._reconstruct),
+        (("numpy.core.multiarray", "numpy._core.multiarray"), "scalar", _multiarray.scalar),  # NumPy scalars
+        (("numpy",), "ndarray", np.ndarray),
+        (("numpy",), "dtype", np.dtype),
+        (("numpy.core.numeric", "numpy._core.numeric"), "_frombuffer", _numeric._frombuffer),  # protocol 5
+        (("_codecs",), "encode", _latin1_bytes),  # bytes pickled by Python 3 at protocol <= 2 ...
+        (("builtins", "__builtin__"), "bytes", _empty_bytes),  # ... and the empty one
+    )
+    for mod in mods
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles builtin containers, bytes, strings, numbers and NumPy arrays; refuses any other global,
+    so a crafted file cannot run code (``os.system``, ``builtins.eval``, ...) while it is being read."""
+
+    def __init__(self, blob: bytes, where: str):
+        super().__init__(io.BytesIO(blob), encoding="bytes")
+        self._where = where
+
+    def find_class(self, module: str, name: str):
+        try:
+            return _CIFAR_GLOBALS[(module, name)]
+        except KeyError:
+            what = f"{module}.{name}"  # from the file: keep a crafted name from breaking the one line
+            what = what if what.isprintable() and len(what) <= 200 else ascii(what[:200])
+            raise DataError(
+                f"CIFAR batch {self._where} refers to {what}, which a CIFAR batch never holds; "
+                "refusing to load it (the file is not a CIFAR pickle or was tampered with)."
+            ) from None
+
+
 def _unpickle(blob: bytes, where: str, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
     try:
-        d = pickle.loads(blob, encoding="bytes")
+        d = _CifarUnpickler(blob, where).load()
         data = np.asarray(d[b"data"], dtype=np.uint8)
         labels = np.asarray(d[label_key], dtype=np.int64)
+    except DataError:
+        raise
     except Exception as e:  # noqa: BLE001 - any defect in the pickle means the file is unusable
         raise DataError(f"cannot read CIFAR batch {where}: {type(e).__name__}: {e} (download it again).") from None
     if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
