@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The four glue bugs of issue #9, each applied in turn to a copy of HEAD (never to the checkout), with
-# tests/test_wiring.py run against it: every bug must make at least one test fail.
-#   bash experiments/wiring_mutations.sh
+# The four glue bugs of issue #9 (tests/test_wiring.py), the slips of issue #13 item 10
+# (tests/test_glue.py, tests/test_sweep.py) and the run-directory trust holes of items 1-8
+# (tests/test_trust.py), each applied in turn to a copy of HEAD (never to the
+# checkout), with the tests that pin it run against it: every slip must make at least one test fail.
+#   bash experiments/wiring_mutations.sh                  # all (about 15 minutes on 2 cores)
+#   ONLY=glue bash experiments/wiring_mutations.sh        # the slips whose label contains "glue"
+#   SRC=/some/tree bash experiments/wiring_mutations.sh   # a copy of that folder instead of HEAD
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD; COPY=$(mktemp -d); trap 'rm -rf "$COPY"' EXIT
-git archive HEAD | tar -x -C "$COPY"
+if [ -n "${SRC:-}" ]; then cp -r "$SRC"/. "$COPY"; else git archive HEAD | tar -x -C "$COPY"; fi
 PYTEST=${PYTEST:-$REPO/.venv/bin/pytest}
 status=0
-mutate() {  # file, old text, new text, label
+mutate() {  # file, old text, new text, label[, tests: pytest arguments, default tests/test_wiring.py]
+  case "$4" in *"${ONLY:-}"*) ;; *) return ;; esac
   cp "$COPY/$1" "$COPY/.orig"
   python3 - "$COPY/$1" "$2" "$3" <<'PY'
 import sys
@@ -16,7 +21,8 @@ p, old, new = sys.argv[1:]
 s = open(p).read(); assert s.count(old) == 1, old; open(p, "w").write(s.replace(old, new))
 PY
   echo "== $4"
-  out=$(cd "$COPY" && PYTHONPATH="$COPY" "$PYTEST" -q -p no:warnings tests/test_wiring.py 2>&1)
+  # shellcheck disable=SC2086  # $5: several pytest arguments
+  out=$(cd "$COPY" && PYTHONPATH="$COPY" "$PYTEST" -q -p no:warnings -p no:cacheprovider ${5:-tests/test_wiring.py} 2>&1)
   echo "$out" | grep -E "^FAILED" || { echo "NOT CAUGHT"; status=1; }
   cp "$COPY/.orig" "$COPY/$1"
 }
@@ -27,4 +33,84 @@ mutate fedalf_jax/sim/round.py "weights = n_sel.astype(jnp.float32) / jnp.sum(n_
   "weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0])" "uniform weights 1/m instead of n_i / sum n"
 mutate fedalf_jax/sim/client.py "mask = jnp.arange(ci.shape[0]) < cn" "mask = jnp.ones(ci.shape[0], bool)" \
   "evaluation counts padded test samples"
+
+# issue #13, item 10 (labels start with "glue")
+G=tests/test_glue.py; S=tests/test_sweep.py
+mutate fedalf_jax/sim/round.py "(spec.clients_per_round,), replace=False)" "(spec.clients_per_round,), replace=True)" \
+  "glue: clients of a round drawn with replacement" "$G -k sampled_clients"
+mutate fedalf_jax/sim/round.py "jax.random.split(jax.random.fold_in(state.key, state.round))" "jax.random.split(state.key)" \
+  "glue: every round draws from the run key (the same clients every round)" "$G -k sampled_clients"
+mutate fedalf_jax/sim/round.py "jax.random.choice(key, spec.num_clients, " "jax.random.choice(key, spec.num_clients - 1, " \
+  "glue: the last client is never sampled" "$G -k sampled_clients"
+mutate fedalf_jax/sim/algorithms.py "u = T.add(w_tilde, T.scale(step, 1.0 / hp.rho))" "u = T.add(w_tilde, step)" \
+  "glue: ADMM increment upload without the 1/rho" "$G -k admm_increment"
+mutate fedalf_jax/sim/algorithms.py 'Algorithm("fedadmm", server=mean_server,' 'Algorithm("fedadmm", server=weighted_mean_server,' \
+  "glue: FedADMM's server weighted by n_i" "$G -k fedadmm_server"
+mutate fedalf_jax/sim/privacy.py "scale = clip / jnp.maximum(norm, clip)" "scale = 1.0 / jnp.maximum(norm, 1.0)" \
+  "glue: Gaussian clipping at 1 whatever the clip" "$G -k gaussian_clipping"
+mutate fedalf_jax/sim/fairness.py "(gmin <= merge_tol * jnp.sqrt(dd) + slack)" "(gmin <= merge_tol * jnp.sqrt(dd))" \
+  "glue: merge test without the float slack" "$G -k nearly_zero_layer"
+mutate fedalf_jax/problem/partitions.py "n_tr = min(max(int(round(frac * n)), 1), n - 1)" "n_tr = min(max(int(frac * n), 1), n - 1)" \
+  "glue: per-class local split truncates frac*n" "$G -k local_split"
+mutate fedalf_jax/problem/partitions.py "n_test = n - min(max(int(round(frac * n)), 1), n - 1)" \
+  "n_test = n - min(max(int(frac * n), 1), n - 1)" "glue: stratified local split truncates frac*n" "$G -k local_split"
+mutate fedalf_jax/experiment/config.py "if self.clients_per_round > self.clients:" "if self.clients_per_round >= self.clients:" \
+  "glue: full participation refused" "$G -k full_participation"
+mutate fedalf_jax/experiment/loop.py "length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)" \
+  "length = min(cfg.eval_every, cfg.rounds - t)" "glue: an extended run's chunks leave the evaluation grid" "$G -k off_the_eval_grid"
+mutate fedalf_jax/experiment/rundir.py "path = avail[max(avail) if round is None else round]" "path = avail[max(avail)]" \
+  "glue: load_checkpoint(round=r) returns the last checkpoint" "$G -k load_checkpoint"
+mutate fedalf_jax/experiment/report.py "cell.eta = max(sorted(cell.scores), key" "cell.eta = max(sorted(cell.scores, reverse=True), key" \
+  "glue: eta ties go to the larger eta" "$G -k eta_tie"
+mutate fedalf_jax/experiment/report.py "trained = values[run.rounds > 0]" "trained = values" \
+  "glue: the last-K mean includes round 0" "$G -k last_k_mean"
+mutate fedalf_jax/experiment/report.py "return trained[-last:] if trained.size" "return trained[last:] if trained.size" \
+  "glue: the last-K mean drops the first K evaluations instead" "$G -k last_k_mean"
+mutate fedalf_jax/experiment/report.py "    messages += last_k_notes(chosen, last)" "    pass" \
+  "glue: fewer than K evaluations, silently" "$G -k last_k_mean"
+mutate fedalf_jax/experiment/sweep.py "    calls = 0
+    plans, total = [], 0
+    for runs in members.values():
+" "    plans, total = [], 0
+    for runs in members.values():
+        calls = 0
+" "glue: --shard numbers the program calls per combination" "$S -k shard_slices"
+mutate fedalf_jax/experiment/sweep.py 's.get("status", "done") == "diverged" or s.get' 's.get' \
+  "glue: sweep --resume reruns a diverged run" "$S -k diverged_run_untouched"
+mutate fedalf_jax/experiment/loop.py 'return "map" if (backend or jax.default_backend()) == "cpu" else "vmap"' 'return "map"' \
+  "glue: auto maps a sweep's runs on the GPU too" "$S -k gpu_auto"
+mutate fedalf_jax/experiment/sweep.py 'self.run_map = default_run_map() if cfg0.run_map == "auto" else cfg0.run_map' \
+  'self.run_map = default_run_map()' "glue: an explicit --run-map is ignored" "$S -k gpu_auto"
+
+# issue #13, items 1-8 (labels start with "trust"): tests/test_trust.py
+T=tests/test_trust.py
+mutate fedalf_jax/experiment/config.py 'return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>"))' \
+  'return []' "trust: a checkpoint's identity is not compared" "$T -k edited_since"
+mutate fedalf_jax/experiment/rundir.py "if not resume and self.holds_run():" "if False:" \
+  "trust: a new run overwrites a finished one" "$T -k holds_one"
+mutate fedalf_jax/cli.py 'base.pop("out", None)' 'pass' "trust: --config inherits out" "$T -k never_inherits"
+mutate fedalf_jax/cli.py "cfg = cfg.replace(out=default_out(cfg))" "pass" "trust: a run without --out saves nothing" \
+  "$T -k never_inherits"
+mutate fedalf_jax/experiment/rundir.py "fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)" "pass" \
+  "trust: no lock: two writers share a folder" "$T -k second_writer"
+mutate fedalf_jax/experiment/rundir.py "            for k in f.files:  # reading each member checks its CRC
+                f[k]" "            for k in f.files:  # reading each member checks its CRC
+                pass" "trust: a checkpoint's data is not checked before use" "$T -k damaged_checkpoint"
+mutate fedalf_jax/experiment/writers.py "        if not (math.isfinite(step) and step >= 0 and step == int(step)):" \
+  "        if not math.isfinite(step):
+            continue
+        if False:" "trust: a NaN metrics row is dropped silently" "$T -k damaged_metrics"
+mutate fedalf_jax/experiment/loop.py "ckpt.check()  # a checkpoint that failed stops the run now, not at its end" "pass" \
+  "trust: a failed checkpoint is reported only at the end" "$T -k failed_checkpoint"
+mutate fedalf_jax/experiment/rundir.py "for name in TEMPORARIES:" "for name in [p.name for p in self.path.glob('*.tmp*')]:" \
+  "trust: every *.tmp* file is removed" "$T -k temporary"
+mutate fedalf_jax/experiment/rundir.py 'if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:' 'if False:' \
+  "trust: sweep.json may point outside its folder" "$T -k outside_its_folder"
+mutate fedalf_jax/experiment/loop.py "if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:" \
+  "if schedule.due(t, t == cfg.rounds):" "trust: Ctrl-C drops the rounds since the last timed checkpoint" "$T -k saves_the_last"
+mutate fedalf_jax/experiment/loop.py "        if not self.requested:
+            self.requested = True" "        if True:
+            self.requested = True" "trust: a second Ctrl-C is ignored" "$T -k second_ctrl_c"
+mutate fedalf_jax/experiment/loop.py 'say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")' 'pass' \
+  "trust: --resume of a new folder says nothing" "$T -k never_ran"
 exit $status

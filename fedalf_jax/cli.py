@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import typing
 import warnings
 from pathlib import Path
@@ -35,7 +36,8 @@ _HELP = {
                      "augmented, model (fedadmm's default)",
     "mu": "FedProx μ", "q": "qFedAvg q", "epsilon": "privacy budget ε", "delta": "Gaussian DP δ",
     "clip": "Gaussian DP clipping norm", "eval_every": "rounds per compiled chunk between evaluations",
-    "out": "run directory (config.json, clients.json, metrics.csv, checkpoint.npz)",
+    "out": "run directory (config.json, clients.json, metrics.csv, checkpoint.npz); "
+           "default runs/<algorithm>-<model>-<time>",
     "history": "FedLF history rows (default: on for fedlf and fedalf)",
     "train_loss_every": "rounds between evaluations of the train loss over all training samples (and at the end)",
     "checkpoint_every": "checkpoint every N rounds (e.g. 50) or every N seconds/minutes (300s, 5m); always at the end",
@@ -47,6 +49,12 @@ _HELP = {
     "client_map": "how the compiled round maps over clients: vmap, map (lax.map), auto (per backend)",
     "run_map": "how a sweep's program maps over its runs: vmap, map (lax.map, one after another), auto (map on CPU)",
 }
+
+
+_CTRL_C = ("Ctrl-C: the rounds in flight finish, then the metrics and a checkpoint of the last round are "
+           "written and the command exits with status 130, printing how to resume (--resume); a second "
+           "Ctrl-C exits at once, leaving the last checkpoint intact. Only one process may write a folder "
+           "at a time.")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +104,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     in ``--out``, that config, which the flags may not change (except ``--rounds``)."""
     given = _given(args)
     base = Config.load(args.config).to_dict() if args.config else {}
+    base.pop("out", None)  # a config file never chooses the folder: --out does (or the default)
     if getattr(args, "resume", False):
         if not args.out:
             raise ConfigError("--resume needs --out DIR, the run directory to continue")
@@ -104,12 +113,23 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
             saved = rd.config_dict()
             want = Config.from_dict({**saved, **base, **given}).to_dict()
-            changed = sorted(k for k in want if k not in ("rounds", "out") and want[k] != saved.get(k))
+            changed = sorted(k for k in want if k not in C.BOOKKEEPING and want[k] != saved.get(k))
             if changed:
-                raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds "
-                                  f"may change, not {', '.join(changed)}")
-            return Config.from_dict({**saved, **{k: v for k, v in given.items() if k in ("rounds", "out")}})
+                raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds, "
+                                  f"the cadences and --log may change, not {', '.join(changed)}")
+            keep = {k: v for k, v in {**base, **given}.items() if k in C.BOOKKEEPING}
+            return Config.from_dict({**saved, **keep, "out": args.out})
     return Config.from_dict({**base, **given})
+
+
+def default_out(cfg: Config) -> str:
+    """``runs/<algorithm>-<model>-<timestamp>`` (a run without --out still keeps what it computes)."""
+    stem = Path("runs") / f"{cfg.algorithm}-{cfg.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, k = stem, 1
+    while out.exists():
+        k += 1
+        out = stem.with_name(f"{stem.name}-{k}")
+    return str(out)
 
 
 def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
@@ -138,15 +158,20 @@ def init_distributed(args) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fedalf", description="Fair, private federated learning simulator (FedALF, LDP-FedALF).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    r = sub.add_parser("run", help="run one experiment")
-    r.add_argument("--config", default=None, help=_HELP["config"])
+    r = sub.add_parser("run", help="run one experiment", epilog=_CTRL_C)
+    r.add_argument("--config", default=None, help=_HELP["config"] + "; its 'out' is ignored")
     r.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its checkpoint (from round 0 if it has none yet)")
+                   help="continue the run in --out from its checkpoint (from round 0 if it has none yet); "
+                        "the checkpoint must come from the same options (only --rounds, the cadences and --log "
+                        "may change)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace the run in --out (its files are removed first); without it a folder that "
+                        "holds a run is refused")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_distributed_flags(r)
     _add_config_flags(r)
     s = sub.add_parser("sweep", help="many runs: seeds and continuous values vmapped in one program per "
-                                     "discrete combination; every option takes one or more values")
+                                     "discrete combination; every option takes one or more values", epilog=_CTRL_C)
     s.add_argument("--config", default=None, help=_HELP["config"])
     s.add_argument("--seeds", "--seed", dest="seeds", nargs="+", type=int, default=None,
                    help="run seeds (default: the config's seed)")
@@ -179,8 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_run(args) -> int:
     from .experiment.loop import run
     cfg = config_from_args(args)
+    announce = cfg.out is None
+    if announce:
+        cfg = cfg.replace(out=default_out(cfg))
     init_distributed(args)
-    rows = run(cfg, progress=not args.no_progress, resume=args.resume)
+    rows = run(cfg, progress=not args.no_progress, resume=args.resume, overwrite=args.overwrite, announce=announce)
     last = rows[-1]
     where = f" -> {cfg.out}" if cfg.out else ""
     print(f"round {last['round']}: mean_acc {last['mean_acc']:.4f}  angle {last['angle']:.4f} rad "
@@ -273,10 +301,23 @@ def main(argv=None) -> int:
     from .problem.data import DataError
     from .problem.models import ModelError
     from .problem.partitions import PartitionError
+    from .experiment.loop import INTERRUPT, Interrupted
     user_errors = (ConfigError, DataError, PartitionError, ModelError, FloatingPointError)
     commands = {"run": _cmd_run, "sweep": _cmd_sweep, "report": _cmd_report, "bench": _cmd_bench}
+    INTERRUPT.hard_exit = True  # a second Ctrl-C leaves at once (no teardown under a running computation)
     try:
         return commands[args.command](args)
+    except Interrupted as e:
+        again = (f"fedalf sweep --resume --out {args.out}" if args.command == "sweep"
+                 else f"fedalf run --resume --out {e.dirs[0]}" if e.dirs else None)
+        if again is None:
+            kept = "nothing was saved (no --out)"
+        elif e.saved:
+            kept = f"the metrics and a checkpoint of round {e.round} are saved; continue with: {again}"
+        else:
+            kept = f"no new round had finished; continue with: {again}"
+        print(f"fedalf {args.command}: interrupted after round {e.round}: {kept}", file=sys.stderr)
+        return 130
     except user_errors as e:
         if os.environ.get("FEDALF_DEBUG"):
             raise

@@ -503,3 +503,158 @@ def test_adaptive_warns_where_float32_releases_the_model_exactly():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         P.adaptive_ldp(jax.random.PRNGKey(0), w, 16.0)
+
+
+# ---- issue 13 item 9: does the formal guarantee hold for this configuration? ----------------------
+
+from fedalf_jax.experiment.config import Config, ConfigError, privacy_guarantee  # noqa: E402
+
+# (options, holds, a phrase of `why`), written out by hand from docs/privacy.md ("The guarantee field")
+# and sim/algorithms.py's uploads: FedAvg/FedProx/qFedAvg/FedLF-local upload w̃ (or (θ−w̃)/η_l);
+# an ADMM upload with dual_from=local adds w − θ (increment) or λ/ρ (augmented); model keeps the dual
+# on the client; dual_from=perturbed builds the dual from w̃.
+GUARANTEE_TABLE = [
+    (dict(algorithm="fedavg", ldp="adaptive"), True, "sign of each weight"),
+    (dict(algorithm="fedavg", dp="gaussian"), True, "epsilon=1.61"),
+    (dict(algorithm="fedavg", dp="gaussian", epsilon=10.0), True, "short of the nominal epsilon=10"),
+    (dict(algorithm="fedprox", ldp="ldp_fl"), True, "per weight given each tensor's centre and radius"),
+    (dict(algorithm="qfedavg", dp="gaussian", neighbouring="replace"), True, "under replace"),
+    (dict(algorithm="fedlf", client_grad="local", ldp="adaptive"), True, "(θ_t − w̃_i)/η_l"),
+    (dict(algorithm="fedalf", ldp="adaptive"), False, "increment upload"),  # the defaults: increment, local
+    (dict(algorithm="fedalf", dp="gaussian"), False, "(λ_i − λ_i⁻)/ρ = w_i − θ_t"),
+    (dict(algorithm="fedalf", ldp="ldp_fl", history=False), False, "dual_from=local"),
+    (dict(algorithm="fedalf", ldp="adaptive", server_target="augmented"), False, "augmented upload"),
+    (dict(algorithm="fedalf", ldp="adaptive", dual_from="perturbed"), True, "dual_from=perturbed"),
+    (dict(algorithm="fedalf", dp="gaussian", dual_from="perturbed", server_target="augmented"), True,
+     "augmented upload is a function"),
+    (dict(algorithm="fedalf", ldp="adaptive", server_target="model"), True, "stays on the client"),
+    (dict(algorithm="fedadmm", ldp="adaptive"), True, "model upload"),  # fedadmm's default target: model
+    (dict(algorithm="fedadmm", dp="gaussian", server_target="increment"), False, "increment upload"),
+    (dict(algorithm="fedadmm", ldp="ldp_fl", server_target="augmented", dual_from="perturbed"), True,
+     "dual_from=perturbed"),
+    (dict(algorithm="fedavg", ldp="adaptive", epsilon=17.0), False, "released exactly"),
+    (dict(algorithm="fedalf", ldp="adaptive", dual_from="perturbed", epsilon=16.0), True, "sign of each weight"),
+]
+
+
+@pytest.mark.parametrize("options, holds, phrase", GUARANTEE_TABLE,
+                         ids=["-".join(f"{v}" for v in o.values()) for o, _, _ in GUARANTEE_TABLE])
+def test_privacy_guarantee_table(options, holds, phrase):
+    cfg = Config(**options).validated()
+    got, why = privacy_guarantee(cfg)
+    assert got is holds and phrase in why, why
+    assert "\n" not in why
+    rec = cfg.privacy
+    assert rec["guarantee"] == ("holds" if holds else "does not hold") and rec["why"] == why
+    assert rec["dual_from"] == options.get("dual_from", "local")
+
+
+def test_privacy_guarantee_of_unvalidated_and_non_private_configs():
+    # refused by validation, but the decision still says why (Config() does not validate)
+    holds, why = privacy_guarantee(Config(algorithm="fedlf", client_grad="full", ldp="adaptive"))
+    assert not holds and "gradient" in why
+    holds, why = privacy_guarantee(Config(algorithm="fedavg", model="cnn_bn", dp="gaussian"))
+    assert not holds and "batch-norm" in why
+    assert privacy_guarantee(Config(algorithm="fedavg"))[0] is False
+    for algorithm in ("fedavg", "fedalf", "fedadmm"):
+        assert Config(algorithm=algorithm).validated().privacy == {}
+
+
+def test_privacy_not_covered_lists_what_leaves_the_client_un_noised():
+    fedavg = Config(algorithm="fedavg", dp="gaussian").validated().privacy["not_covered"]
+    assert fedavg == ["the sample count n_i (the aggregation weight)"]
+    fedalf = Config(algorithm="fedalf", ldp="adaptive", dual_from="perturbed").validated().privacy["not_covered"]
+    assert fedalf == ["|δ| = |w − c| of every weight", "each tensor's centre c and radius r", "the loss l_i = f_i(θ_t)"]
+    ldp_fl = Config(algorithm="fedadmm", ldp="ldp_fl").validated().privacy["not_covered"]
+    assert ldp_fl == ["each tensor's centre c and radius r"]
+
+
+def test_config_json_with_the_derived_privacy_key_reads_back(tmp_path):
+    cfg = Config(algorithm="fedalf", ldp="adaptive", rounds=3).validated()
+    d = {**cfg.to_dict(), "privacy": cfg.privacy}  # what config.json carries
+    assert Config.from_dict(d) == cfg
+    path = tmp_path / "config.json"
+    import json
+    path.write_text(json.dumps(d))
+    assert Config.load(path) == cfg
+    with pytest.raises(ConfigError, match="unknown config key"):
+        Config.from_dict({**d, "privacy_guarantee": "holds"})
+
+
+@pytest.mark.parametrize("epsilon, s, needle", [
+    (-1.0, 1.0, "epsilon=-1.0"), (0.0, 1.0, "epsilon=0.0"), (float("nan"), 1.0, "epsilon=nan"),
+    (float("inf"), 1.0, "epsilon=inf"), (1.0, 0.0, "sigma_over_sensitivity=0.0"),
+    (1.0, -2.0, "sigma_over_sensitivity=-2.0"), (1.0, float("nan"), "sigma_over_sensitivity=nan"),
+    (1.0, float("inf"), "sigma_over_sensitivity=inf"), ("two", 1.0, "must be numbers"),
+])
+def test_gaussian_delta_refuses_impossible_arguments(epsilon, s, needle):
+    with pytest.raises(ValueError, match=needle) as e:
+        P.gaussian_delta(epsilon, s)
+    assert "\n" not in str(e.value) and ("e.g." in str(e.value))
+
+
+def test_gaussian_delta_still_computes_valid_arguments():
+    # hand value: s = 1, ε = 1: Φ(1/2 − 1) − e Φ(−1/2 − 1) = Φ(−0.5) − e·Φ(−1.5)
+    phi = lambda x: 0.5 * math.erfc(-x / math.sqrt(2.0))  # noqa: E731
+    assert P.gaussian_delta(1.0, 1.0) == pytest.approx(phi(-0.5) - math.e * phi(-1.5), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["adaptive", "ldp_fl", "gaussian"])
+def test_jit_with_closed_over_weights_runs(name):
+    w = jnp.linspace(-1.0, 1.0, 12)
+    if name == "gaussian":
+        fn = lambda k, p: P.gaussian_dp(k, p, epsilon=2.0, delta=1e-5, clip=1.0)  # noqa: E731
+    else:
+        fn = lambda k, p: P.mechanism(name)(k, p, 2.0)  # noqa: E731
+    key = jax.random.PRNGKey(3)
+    out = jax.jit(lambda k: fn(k, {"w": w}))(key)  # w is concrete but used inside the trace
+    assert np.all(np.isfinite(np.asarray(out["w"])))
+    np.testing.assert_allclose(np.asarray(out["w"]), np.asarray(fn(key, {"w": w})["w"]), rtol=1e-6, atol=1e-6)
+    # the concrete check is kept: a closed-over non-finite tensor is still refused
+    bad = w.at[3].set(jnp.nan)
+    with pytest.raises(ValueError, match="NaN"):
+        jax.jit(lambda k: fn(k, {"w": bad}))(key)
+    # leaf by leaf: a traced leaf is skipped, the closed-over one beside it is still checked
+    with pytest.raises(ValueError, match="NaN"):
+        jax.jit(lambda k, v: fn(k, {"w": bad, "v": v}))(key, w)
+
+
+def test_report_shows_whether_the_guarantee_holds(tmp_path):
+    import json
+    from pathlib import Path
+
+    from test_report import make_run
+
+    from fedalf_jax.experiment.report import report
+
+    root = tmp_path / "runs"
+    make_run(root, "local", final_acc=0.7, final_angle=5.0, algorithm="fedalf", ldp="adaptive")
+    make_run(root, "perturbed", final_acc=0.6, final_angle=6.0, algorithm="fedalf", ldp="adaptive",
+             dual_from="perturbed")
+    make_run(root, "plain", final_acc=0.8, final_angle=4.0, algorithm="fedavg")
+    # summary.json's record wins over the options (a DP-FedAvg run would compute "holds")
+    make_run(root, "recorded", final_acc=0.5, final_angle=7.0, algorithm="fedavg", dp="gaussian")
+    summary = json.loads((root / "recorded" / "summary.json").read_text())
+    summary["privacy"] = {"mechanism": "gaussian", "guarantee": "does not hold", "why": "the recorded reason"}
+    (root / "recorded" / "summary.json").write_text(json.dumps(summary))
+    # without it in summary.json, config.json's record is read
+    make_run(root, "from_config", final_acc=0.5, final_angle=7.0, algorithm="fedprox", ldp="ldp_fl")
+    cfg = json.loads((root / "from_config" / "config.json").read_text())
+    cfg["privacy"] = {"mechanism": "ldp_fl", "guarantee": "does not hold", "why": "the config's reason"}
+    (root / "from_config" / "config.json").write_text(json.dumps(cfg))
+
+    res = report([str(root)], str(tmp_path / "out"))
+    by_alg = {r["algorithm"]: r["guarantee"] for r in res["rows"]}
+    assert by_alg == {"FedAvg": "", "DP-FedAvg": "does not hold", "LDP-FL-FedProx": "does not hold",
+                      "LDP-FedALF (dual_from=local)": "does not hold",
+                      "LDP-FedALF (dual_from=perturbed)": "holds"}
+    md = Path(res["markdown"]).read_text()
+    assert "0.700 (5.0°)<br>η=0.05 (1 seed)<br>guarantee: does not hold |" in md
+    assert "0.600 (6.0°)<br>η=0.05 (1 seed)<br>guarantee: holds |" in md
+    assert "0.800 (4.0°)<br>η=0.05 (1 seed) |" in md  # no mechanism: no guarantee note
+    assert "- DP-FedAvg: **does not hold**: the recorded reason" in md
+    assert "- LDP-FL-FedProx: **does not hold**: the config's reason" in md
+    assert "- LDP-FedALF (dual_from=local): **does not hold**: with dual_from=local the increment upload" in md
+    with open(res["csv"]) as f:
+        header = f.readline().strip().split(",")
+    assert header[-1] == "guarantee"

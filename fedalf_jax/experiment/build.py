@@ -128,12 +128,9 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
 def warn_privacy(cfg: Config) -> None:
     """One-line warnings where a run's privacy guarantee is weaker than its options suggest."""
     cfg.check_privacy()  # warns (once) where a guarantee is only nominal
-    private = cfg.ldp != "none" or cfg.dp != "none"
-    if (private and cfg.algorithm in ("fedadmm", "fedalf") and cfg.dual_from == "local"
-            and cfg.resolved_server_target != "model"):  # "model" uploads w̃ only: the dual stays on the client
-        warnings.warn("dual_from=local (the paper's protocol): the ADMM dual is updated from the un-noised "
-                      "model and the upload reveals it, so the privacy guarantee does not cover this run; "
-                      "--dual-from perturbed keeps it (docs/privacy.md)", UserWarning, stacklevel=2)
+    if cfg.privacy and cfg.privacy["guarantee"] != "holds":
+        warnings.warn(f"the privacy guarantee does not hold for this run: {cfg.privacy['why']} (docs/privacy.md)",
+                      UserWarning, stacklevel=2)
 
 
 def pad_rows(idx: np.ndarray, length: int) -> np.ndarray:

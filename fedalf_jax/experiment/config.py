@@ -7,6 +7,7 @@ options are checked here too (:func:`validate_privacy`), so ``sim.privacy`` stay
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -53,6 +54,25 @@ _ADMM_DEFAULTS = {
     "fedalf": ("increment", 0.01),
     "fedadmm": ("model", 0.1),
 }
+
+
+# Options that may change when a run is resumed: its length, its cadences, its writers and its folder.
+# Every other option is part of the run's identity (Config.identity).
+BOOKKEEPING = ("rounds", "eval_every", "train_loss_every", "checkpoint_every", "log", "out")
+
+
+def identity_digest(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def identity_diff(a: dict, b: dict) -> list[str]:
+    """The options whose values differ between two identities (sorted)."""
+    return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>"))
+
+
+# Keys that config.json carries for the reader but that are derived from the options (Config.privacy):
+# Config.from_dict ignores them, so a run directory's config.json goes back through --config as it is.
+DERIVED_KEYS = ("privacy",)
 
 
 class ConfigError(ValueError):
@@ -145,8 +165,22 @@ class Config:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def identity(self) -> dict:
+        """What a run's trajectory depends on: every option but :data:`BOOKKEEPING`, with the per-algorithm
+        defaults resolved (a changed default changes the identity too). A checkpoint records it, and
+        ``--resume`` refuses a config whose identity differs."""
+        d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING}
+        d.update(server_lr=self.resolved_server_lr, server_lr_decay=self.resolved_server_lr_decay,
+                 rho=self.resolved_rho, server_target=self.resolved_server_target, history=self.resolved_history)
+        return d
+
+    def digest(self) -> str:
+        """A short hash of :meth:`identity`."""
+        return identity_digest(self.identity())
+
     @classmethod
     def from_dict(cls, d: dict) -> "Config":
+        d = {k: v for k, v in d.items() if k not in DERIVED_KEYS}  # informational (config.json's "privacy")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
@@ -173,15 +207,22 @@ class Config:
     # ---- validation -----------------------------------------------------------------
     @property
     def privacy(self) -> dict:
-        """What a private run's guarantee is, for ``summary.json`` (empty without a mechanism)."""
+        """What a private run's guarantee is, for ``summary.json`` and ``config.json`` (empty without a
+        mechanism): the mechanism's parameters, ``guarantee`` (``"holds"`` or ``"does not hold"``) and
+        ``why`` (:func:`privacy_guarantee`), and ``not_covered``: what else leaves the client un-noised,
+        outside the guarantee (:func:`privacy_not_covered`)."""
         if self.ldp != "none":
-            return {"mechanism": self.ldp, "epsilon": self.epsilon, "per": "weight sign" if self.ldp == "adaptive"
-                    else "weight, given the tensor's centre and radius", "dual_from": self.dual_from}
-        if self.dp == "gaussian":
-            return {"mechanism": "gaussian", "epsilon_nominal": self.epsilon, "delta": self.delta,
-                    "epsilon_exact": gaussian_epsilon(self.epsilon, self.delta), "clip": self.clip,
-                    "neighbouring": self.neighbouring, "dual_from": self.dual_from}
-        return {}
+            out = {"mechanism": self.ldp, "epsilon": self.epsilon, "per": "weight sign" if self.ldp == "adaptive"
+                   else "weight, given the tensor's centre and radius", "dual_from": self.dual_from}
+        elif self.dp == "gaussian":
+            out = {"mechanism": "gaussian", "epsilon_nominal": self.epsilon, "delta": self.delta,
+                   "epsilon_exact": gaussian_epsilon(self.epsilon, self.delta), "clip": self.clip,
+                   "neighbouring": self.neighbouring, "dual_from": self.dual_from}
+        else:
+            return {}
+        holds, why = privacy_guarantee(self)
+        out.update(guarantee="holds" if holds else "does not hold", why=why, not_covered=privacy_not_covered(self))
+        return out
 
     @property
     def checkpoint_policy(self) -> tuple[str, float]:
@@ -194,6 +235,12 @@ class Config:
                          algorithm=self.algorithm, client_grad=self.client_grad)
 
     def validated(self) -> "Config":
+        for name in ("data_dir", "out"):  # paths: a JSON object or number here is a mistake, not a folder
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise ConfigError(f"{name} must be a path (a string), got {type(v).__name__} {v!r}")
+        if self.history is not None and not isinstance(self.history, bool):
+            raise ConfigError(f"history must be true, false or null (the algorithm's default), got {self.history!r}")
         _choice("algorithm", self.algorithm, ALGORITHMS)
         _choice("dataset", self.dataset, DATASETS)
         _choice("synthetic_like", self.synthetic_like, ("fmnist", "cifar10", "cifar100"))
@@ -256,6 +303,96 @@ class Config:
         return self
 
 
+# ---- does the privacy guarantee hold? (docs/privacy.md, "The guarantee field") -------------------
+
+_ADMM = ("fedadmm", "fedalf")  # make_admm_upload: the upload may carry the dual
+_SENDS_LOSS = ("qfedavg", "fedlf", "fedalf")  # Algorithm.needs_loss: l_i = f_i(θ_t) is uploaded
+_WEIGHTED_BY_N = ("fedavg", "fedprox")  # weighted_mean_server: p_i = n_i / Σ n_j
+
+
+def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
+    """Whether the formal guarantee of ``cfg``'s privacy mechanism covers what its clients upload, and
+    why (one sentence). Pure: reads only the options.
+
+    The guarantee is the mechanism's, for one client's upload in one round, as docs/privacy.md states
+    it: ``adaptive`` ε-LDP for the sign of each weight given ``|δ|`` and the tensor's centre and radius;
+    ``ldp_fl`` ε-LDP per weight given the centre and radius; ``gaussian`` (ε', δ)-DP with ε' the exact
+    (analytic Gaussian) ε of its σ. It holds when the model-sized upload is a function of the
+    mechanism's output and public values only (post-processing): FedAvg, FedProx, qFedAvg, FedLF with
+    ``client_grad="local"``, and FedADMM/FedALF with ``server_target="model"`` (the dual stays on the
+    client) or ``dual_from="perturbed"`` (the dual follows ``w̃``). The values that leave the client
+    beside it (centre and radius, loss, ``n_i``) are outside it, by its statement
+    (:func:`privacy_not_covered`). It does not hold when the upload adds un-noised data: FedADMM/FedALF
+    with ``dual_from="local"`` and the ``increment`` or ``augmented`` upload; FedLF with
+    ``client_grad="full"`` and ``cnn_bn`` (both refused by validation); nor for ``adaptive`` at
+    ε ≥ 16.6, which in float32 releases every weight exactly. No privacy mechanism: ``(False, ...)``.
+    """
+    mech = cfg.dp if cfg.dp != "none" else cfg.ldp
+    if mech == "none":
+        return False, "no privacy mechanism is on: every client uploads its un-noised model"
+    if cfg.algorithm == "fedlf" and cfg.client_grad == "full":
+        return False, ("FedLF with client_grad=full uploads the client's full-batch gradient, which no mechanism "
+                       "perturbs (the mechanisms perturb an uploaded model: use client_grad=local)")
+    if cfg.model == "cnn_bn":
+        return False, "cnn_bn's batch-norm statistics leave the client un-noised (the server averages them)"
+    target = cfg.resolved_server_target
+    if cfg.algorithm in _ADMM and cfg.dual_from == "local" and target == "increment":
+        return False, ("with dual_from=local the increment upload w̃_i + (λ_i − λ_i⁻)/ρ includes the dual change "
+                       "(λ_i − λ_i⁻)/ρ = w_i − θ_t, computed from the un-noised local model and never clipped, so "
+                       "the upload is the mechanism's output plus the un-noised local change, not a function of the "
+                       "output alone (dual_from=perturbed keeps the guarantee)")
+    if cfg.algorithm in _ADMM and cfg.dual_from == "local" and target == "augmented":
+        return False, ("with dual_from=local the augmented upload w̃_i + λ_i/ρ includes the dual λ_i/ρ, the sum of "
+                       "the client's un-noised local changes w_i − θ_t (at its first participation exactly that "
+                       "change), so the upload is not a function of the mechanism's output "
+                       "(dual_from=perturbed keeps the guarantee)")
+    if cfg.ldp == "adaptive" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:
+        return False, (f"ldp=adaptive at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the flip "
+                       f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly")
+    if cfg.algorithm in _ADMM and target == "model":
+        upload = ("the model upload sends only the mechanism's output w̃_i (the dual, computed from the un-noised "
+                  "model with dual_from=local, stays on the client)" if cfg.dual_from == "local" else
+                  "the model upload sends only the mechanism's output w̃_i")
+    elif cfg.algorithm in _ADMM:
+        upload = (f"with dual_from=perturbed the dual follows w̃_i and the {target} upload is a function of the "
+                  f"client's mechanism outputs and the public θ_t")
+    elif cfg.algorithm == "fedlf":
+        upload = "the upload (θ_t − w̃_i)/η_l is a function of the mechanism's output w̃_i and public values"
+    else:
+        upload = "the upload is the mechanism's output w̃_i"
+    if mech == "adaptive":
+        what = (f"epsilon={cfg.epsilon:g}-LDP for the sign of each weight only, given |δ| and each tensor's centre "
+                f"and radius, which pass through un-noised")
+    elif mech == "ldp_fl":
+        what = (f"epsilon={cfg.epsilon:g}-LDP per weight given each tensor's centre and radius, which pass "
+                f"through un-noised (d·epsilon for a tensor of d weights)")
+    else:
+        exact = gaussian_epsilon(cfg.epsilon, cfg.delta)
+        short = f", short of the nominal epsilon={cfg.epsilon:g}" if exact > cfg.epsilon * (1 + 1e-9) else ""
+        what = (f"(ε, δ)-DP at epsilon={exact:.3g}, delta={cfg.delta:g} under {cfg.neighbouring}, by exact "
+                f"analytic-Gaussian accounting{short}")
+    return True, (f"{upload}, so by post-processing the mechanism's guarantee holds for one upload per round "
+                  f"({what}); nothing composes it over rounds")
+
+
+def privacy_not_covered(cfg: "Config") -> list[str]:
+    """What a private run's client reveals un-noised beside the mechanism's output, outside the guarantee
+    of :func:`privacy_guarantee` (docs/privacy.md). Empty without a mechanism."""
+    mech = cfg.dp if cfg.dp != "none" else cfg.ldp
+    if mech == "none":
+        return []
+    out = []
+    if mech == "adaptive":
+        out.append("|δ| = |w − c| of every weight")
+    if mech in ("adaptive", "ldp_fl"):
+        out.append("each tensor's centre c and radius r")
+    if cfg.algorithm in _SENDS_LOSS:
+        out.append("the loss l_i = f_i(θ_t)")
+    if cfg.algorithm in _WEIGHTED_BY_N:
+        out.append("the sample count n_i (the aggregation weight)")
+    return out
+
+
 def parse_every(v: Any) -> tuple[str, float]:
     """``"50"`` or ``50`` → ``("rounds", 50)``; ``"90s"``, ``"5m"``, ``"1h"`` → ``("seconds", ...)``."""
     if isinstance(v, int) and not isinstance(v, bool) and v > 0:
@@ -311,7 +448,7 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
 
     Warns (``UserWarning``) when ``dp="gaussian"`` has an ``epsilon`` whose classic calibration does
     not reach it: the exact (analytic Gaussian) ε of that σ is larger than the stated one (about
-    ε ≥ 9 at δ = 1e-5; at the paper's ε = 2 the exact ε is 1.61, so the guarantee holds).
+    ε > 8.4 at δ = 1e-5; at the paper's ε = 2 the exact ε is 1.61, so the guarantee holds).
     """
     ldp = "none" if ldp is None else ldp
     dp = "none" if dp is None else dp

@@ -6,13 +6,22 @@ leading run axis). Python touches the device once per chunk of ``eval_every`` ro
 program. Round ``t`` draws its randomness from ``fold_in(run_key, t)``, so a run is reproducible from
 its ``config.json`` and resumable from any checkpoint with identical metrics. Checkpoints are written
 by a background thread, so they never hold up the rounds.
+
+Nothing computed is lost silently: Ctrl-C (SIGINT) lets the chunk in flight finish, then writes the
+metrics and a checkpoint of that round and raises :class:`Interrupted` (a second Ctrl-C leaves at
+once: everything on disk stays consistent, being written atomically); the first write that fails
+(a full disk, a folder made read-only) stops the run with :class:`RunStopped`, naming what is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import queue
+import signal
+import sys
 import threading
 import time
 from typing import Any, Optional
@@ -30,6 +39,7 @@ from .build import build
 from .config import Config, ConfigError
 from .progress import Progress
 from .rundir import RunDir, scalars_of
+from .writers import WriteError
 
 
 class Program:
@@ -175,8 +185,84 @@ def _named(mesh, specs):
     return jax.tree_util.tree_map(lambda sp: NamedSharding(mesh, sp), specs, is_leaf=lambda x: isinstance(x, P))
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C ended the run loop after saving: ``round`` is the last completed round, checkpointed in
+    each of ``dirs``."""
+
+    def __init__(self, round: int, dirs: list, saved: bool = True):
+        super().__init__(f"interrupted at round {round}")
+        self.round, self.dirs, self.saved = round, dirs, saved  # saved: a checkpoint of ``round`` was written
+
+
+class RunStopped(ConfigError):
+    """A write failed: the loop stopped at once (``message`` says what was kept and how to resume)."""
+
+
+class _Interrupt:
+    """SIGINT while a run loop is active: the first sets :attr:`requested` (the loop saves after the chunk
+    in flight), the second leaves now: ``os._exit(130)`` when :attr:`hard_exit` (the command line: no
+    interpreter teardown under a running XLA computation), else ``KeyboardInterrupt``."""
+
+    def __init__(self):
+        self.requested = False
+        self.hard_exit = False
+        self._depth = 0
+        self._previous = None
+
+    @contextlib.contextmanager
+    def active(self):
+        main = threading.current_thread() is threading.main_thread()
+        if main and self._depth == 0:
+            self.requested = False
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._depth += main
+        try:
+            yield self
+        finally:
+            self._depth -= main
+            if main and self._depth == 0:
+                signal.signal(signal.SIGINT, self._previous)
+                self.requested = False
+
+    def _handle(self, signum, frame):
+        if not self.requested:
+            self.requested = True
+            print("\nfedalf: Ctrl-C: finishing the rounds in flight, then saving the metrics and a checkpoint "
+                  "(Ctrl-C again to leave now, losing the rounds since the last checkpoint)", file=sys.stderr, flush=True)
+            return
+        print("\nfedalf: Ctrl-C again: leaving now; the files on disk are intact (resume with --resume)",
+              file=sys.stderr, flush=True)
+        if self.hard_exit:
+            os._exit(130)
+        raise KeyboardInterrupt
+
+
+INTERRUPT = _Interrupt()
+
+
+def _interruptible(fn, *args):
+    """``fn(*args)`` on a worker thread while this thread waits in short slices, so that Ctrl-C is seen
+    at once even while XLA compiles or runs a chunk."""
+    box: dict = {}
+
+    def work():
+        try:
+            box["out"] = fn(*args)
+        except BaseException as e:  # re-raised in the caller
+            box["err"] = e
+
+    t = threading.Thread(target=work, daemon=True, name="fedalf-chunk")
+    t.start()
+    while t.is_alive():
+        t.join(0.1)
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
+
+
 class Checkpointer:
-    """Writes checkpoints on a background thread (one at a time, in order)."""
+    """Writes checkpoints on a background thread (one at a time, in order). A failed write is raised by
+    the next :meth:`check` or :meth:`wait`; the jobs queued after it are dropped."""
 
     def __init__(self):
         self._q: queue.Queue = queue.Queue()
@@ -190,20 +276,24 @@ class Checkpointer:
             if job is None:
                 self._q.task_done()
                 return
-            try:
-                job()
-            except BaseException as e:  # reported by wait()
-                self._err = e
+            if self._err is None:
+                try:
+                    job()
+                except BaseException as e:  # reported by check() / wait()
+                    self._err = e
             self._q.task_done()
 
     def submit(self, job) -> None:
         self._q.put(job)
 
+    def check(self) -> None:
+        """Raise the error of a failed write, if any (without waiting)."""
+        if self._err is not None:
+            raise self._err
+
     def wait(self) -> None:
         self._q.join()
-        if self._err is not None:
-            err, self._err = self._err, None
-            raise err
+        self.check()
 
     def close(self) -> None:
         self._q.put(None)
@@ -294,39 +384,63 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             if on_row is not None:
                 on_row(slot, row)
 
+    def initial(state):
+        state, out = program(state, hp, data, 0)
+        return state, to_host(out), to_host(program.train_loss(state, hp, data))
+
+    def chunk(state, length, want_tl):
+        fn = program.compiled(length, state, hp, data)
+        t0 = time.perf_counter()
+        state, out = fn(state, hp, data)
+        out = to_host(out)
+        sec = (time.perf_counter() - t0) / length
+        return state, out, sec, (to_host(program.train_loss(state, hp, data)) if want_tl else None)
+
     state, hp, data = program.place(state, hp, data)
+    t = start
     try:
-        if start == 0:
-            state, out = program(state, hp, data, 0)
-            record(0, to_host(out), to_host(program.train_loss(state, hp, data)), math.nan)
-        t = start
-        while t < cfg.rounds and any(s is not None and s.live for s in slots):
-            length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)
-            t_next = t + length
-            want_tl = t_next % cfg.train_loss_every == 0 or t_next == cfg.rounds
-            fn = program.compiled(length, state, hp, data)
-            live = sum(1 for s in slots if s is not None and s.live)
-            if progress is not None:
-                progress.begin_call(live, width * program.ticks_per_round)
-            t0 = time.perf_counter()
-            state, out = fn(state, hp, data)
-            out = to_host(out)
-            sec = (time.perf_counter() - t0) / length
-            if progress is not None:
-                progress.end_call(length)
-            tl = to_host(program.train_loss(state, hp, data)) if want_tl else None
-            t = t_next
-            record(t, out, tl, sec)
-            state = _retire_diverged(slots, state, hp, data, batched, progress, t)
-            if schedule.due(t, t == cfg.rounds):
-                _checkpoint(ckpt, slots, state, batched)
-                schedule.done(t)
-        ckpt.wait()
+        with INTERRUPT.active():
+            if start == 0 and not INTERRUPT.requested:
+                state, out, tl = _interruptible(initial, state)
+                record(0, out, tl, math.nan)
+            while t < cfg.rounds and any(s is not None and s.live for s in slots) and not INTERRUPT.requested:
+                length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)
+                t_next = t + length
+                want_tl = t_next % cfg.train_loss_every == 0 or t_next == cfg.rounds
+                live = sum(1 for s in slots if s is not None and s.live)
+                if progress is not None:
+                    progress.begin_call(live, width * program.ticks_per_round)
+                state, out, sec, tl = _interruptible(chunk, state, length, want_tl)
+                if progress is not None:
+                    progress.end_call(length)
+                t = t_next
+                record(t, out, tl, sec)
+                state = _retire_diverged(slots, state, hp, data, batched, progress, t)
+                ckpt.check()  # a checkpoint that failed stops the run now, not at its end
+                if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:
+                    _checkpoint(ckpt, slots, state, batched)
+                    schedule.done(t)
+            ckpt.wait()
+            if INTERRUPT.requested and t < cfg.rounds:
+                raise Interrupted(t, [s.rundir.path for s in slots if s is not None and s.rundir is not None],
+                                  saved=t > start)
+    except WriteError as e:
+        raise RunStopped(_stopped_message(e, slots, t)) from None
     finally:
         ckpt.close()
         for slot in slots:
             if slot is not None:
                 _finish(slot, program.compile_s)
+
+
+def _stopped_message(err: WriteError, slots, t: int) -> str:
+    """What a failed write leaves: the rows written and the last checkpoint on disk."""
+    kept = sorted({f"the checkpoint of round {max(r)}" if (r := s.rundir.checkpoint_rounds()) else "no checkpoint"
+                   for s in slots if s is not None and s.rundir is not None})
+    last = max((s.rows[-1]["round"] for s in slots if s is not None and s.rows), default=None)
+    where = f"; metrics.csv has the rows up to round {last}" if last is not None else ""
+    return (f"{err}; the run stopped after round {t}{where}, {' / '.join(kept) or 'nothing else'} is kept: make the "
+            f"folder writable (or free space) and continue with --resume")
 
 
 def _retire_diverged(slots, state, hp, data, batched, progress, t):
@@ -355,7 +469,7 @@ def _checkpoint(ckpt: Checkpointer, slots, state, batched: bool) -> None:
         if host is None:
             host = jax.tree_util.tree_map(lambda x: np.array(x, copy=True), to_host(state))
         s = _take(host, i) if batched else host
-        ckpt.submit(lambda rd=slot.rundir, s=s: rd.save_checkpoint(s))
+        ckpt.submit(lambda rd=slot.rundir, s=s, c=slot.cfg: rd.save_checkpoint(s, c))
 
 
 def _finish(slot: Slot, compile_s: float) -> None:
@@ -376,7 +490,12 @@ def _finish(slot: Slot, compile_s: float) -> None:
         summary["message"] = slot.message
     if slot.cfg.privacy:
         summary["privacy"] = slot.cfg.privacy
-    slot.rundir.write_summary(summary)
+    try:
+        slot.rundir.write_summary(summary)
+    except WriteError as e:
+        slot.status = "running"  # no summary: the run stays resumable
+        raise RunStopped(f"{e}; the run finished, its metrics and final checkpoint are kept: make the folder "
+                         f"writable and rerun with --resume to write the summary") from None
 
 
 # ---- one run ------------------------------------------------------------------------------------
@@ -390,33 +509,63 @@ def rows_of(rd: RunDir) -> list[dict]:
             for j in range(len(m.get("round", [])))]
 
 
-def run(cfg: Config, *, progress: bool = True, resume: bool = False) -> list[dict]:
+def say(msg: str) -> None:
+    """A one-line notice on stderr (what the loop did that the user should know)."""
+    print(f"fedalf: {msg}", file=sys.stderr, flush=True)
+
+
+def run(cfg: Config, *, progress: bool = True, resume: bool = False, overwrite: bool = False,
+        announce: bool = False) -> list[dict]:
     """Run ``cfg`` (writing a run directory when ``cfg.out`` is set); returns one dict per evaluation.
 
-    ``resume``: continue from the checkpoint in ``cfg.out`` (from round 0 when there is none yet).
-    Raises ``FloatingPointError`` if the model diverges (after writing ``summary.json``).
+    ``resume``: continue from the checkpoint in ``cfg.out``, which must have been written by a config
+    of the same identity (:meth:`Config.identity`; rounds, cadences and out may differ), or from round
+    0 when there is none yet (it says so). Without ``resume``, a folder that already holds a run is
+    refused unless ``overwrite`` (its run files are removed first). The folder is locked while the run
+    writes it. Raises ``FloatingPointError`` if the model diverges (after writing ``summary.json``),
+    :class:`Interrupted` after a Ctrl-C (once the metrics and a checkpoint are saved) and
+    :class:`RunStopped` when a write fails. ``announce``: say where the run goes once its data loaded.
+    A folder this call created is removed again if the run fails before writing anything into it.
     """
-    exp = build(cfg)
-    state = init_state(exp.spec, cfg.seed)
-    start = 0
     rd = RunDir(cfg.out) if cfg.out else None
     writer = jax.process_index() == 0  # under jax.distributed every process runs the loop; one writes
+    if rd is None or not writer:
+        with INTERRUPT.active():
+            return _run(cfg, rd, writer, progress=progress, resume=resume, announce=announce)
+    created = [p for p in (rd.path, *rd.path.parents) if not p.exists()]  # the folders this call makes
+    with rd.claim(resume=resume, overwrite=overwrite), INTERRUPT.active():
+        try:
+            return _run(cfg, rd, writer, progress=progress, resume=resume, announce=announce)
+        except BaseException:
+            if created:
+                rd.remove_if_unused(upto=created[-1])
+            raise
+
+
+def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, resume: bool,
+         announce: bool = False) -> list[dict]:
+    exp = build(cfg)
+    if announce and rd is not None and writer:
+        say(f"writing the run to {rd.path}")
+    state = init_state(exp.spec, cfg.seed)
+    start = 0
     slot = Slot(cfg, rd if writer else None)
     if rd is not None:
-        if writer:
-            rd.create()
-        if resume and rd.has_checkpoint():
-            state = rd.load_checkpoint(state)
+        found = rd.usable_checkpoint(cfg) if resume else None
+        if found is not None:
+            state = rd.load_checkpoint(state, round=found[0])  # found: checked against cfg's identity
             start = int(state.round)
             if start > cfg.rounds:
                 raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
             if start == cfg.rounds and rd.status() == "done":
                 return rows_of(rd)  # nothing left to run
+        elif resume and writer:
+            say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
         if writer:
+            slot.writers = rd.writers(cfg, keep_upto=start if start else None)  # reads metrics.csv first
             rd.clear_summary()
             rd.write_config(cfg)
             rd.write_clients(exp.source, exp.partition.summary(exp.labels))
-            slot.writers = rd.writers(cfg, keep_upto=start if start else None)
     bar = Progress(cfg.rounds, initial=start, enabled=progress and writer, desc="fedalf run")
     prog = Program(exp.spec, progress=bar)
 

@@ -35,8 +35,16 @@ in options that name no variant, e.g. ``rounds``) count once: the first by direc
 
 **Numbers.** Per cell, over the winning η's seeds: the mean accuracy and the fairness angle (degrees,
 ``angle_deg``) at the final evaluation, and the same averaged over each run's last ``last``
-evaluations (FedAvg-like curves swing between evaluations). Each is ``mean ± std`` over seeds with
+evaluations after round 0 (FedAvg-like curves swing between evaluations; round 0 evaluates the
+untrained model and never counts). A run with fewer than ``last`` evaluations after round 0 is
+averaged over those it has, and a note says so. Each is ``mean ± std`` over seeds with
 the sample std (``ddof=1``); with one seed only the mean is shown (the CSV's std is blank).
+
+**Privacy.** A private cell says whether its runs' formal privacy guarantee holds: ``summary.json``'s
+``privacy.guarantee``, else ``config.json``'s, else computed from the options
+(:func:`fedalf_jax.experiment.config.privacy_guarantee`); ``mixed`` if its seeds disagree. The
+``guarantee`` column of ``table.csv`` holds it (blank without a mechanism), and ``report.md`` lists
+each private variant's reason under "Privacy guarantee".
 
 **Outputs** (in ``out``, created if missing): ``report.md`` (per model: the final-evaluation table
 with η and seeds, the last-evaluations table, the η choice with every candidate's score, figures),
@@ -58,7 +66,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
+from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError, privacy_guarantee
 from .rundir import RunDir, find_runs
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
@@ -82,7 +90,7 @@ _USED_BY = {
 }
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
                "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
-               "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std")
+               "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std", "guarantee")
 HEATMAP_CLIENTS = 10
 _SHOW_NAMES = 5
 _DPI = 100
@@ -106,6 +114,7 @@ class Run:
     acc: Optional[np.ndarray] = None      # mean accuracy per evaluation
     angle: Optional[np.ndarray] = None    # fairness angle (degrees) per evaluation
     clients: Optional[np.ndarray] = None  # [evaluations, N] per-client accuracy
+    guarantee: Optional[dict] = None      # private runs: {"guarantee": "holds" | "does not hold", "why"}
 
     @property
     def cell_key(self) -> tuple:
@@ -213,9 +222,36 @@ def _read_run(rd: RunDir, status: str) -> Run:
     run = Run(rd.name, status, cfg, label=base_label(cfg), eta_option=eta_option(cfg))
     run.eta = float(cfg[run.eta_option])
     run.order = (_index(ALGORITHMS, cfg["algorithm"]), _index(_PRIVACY_ORDER, _privacy(cfg)))
+    run.guarantee = run_guarantee(rd)
     if status == "done" and not _load_curves(run, rd):
         run.status = "empty"
     return run
+
+
+def run_guarantee(rd: RunDir) -> Optional[dict]:
+    """A private run's ``{"guarantee": "holds" | "does not hold", "why": ...}``: from ``summary.json``'s
+    ``privacy``, else from ``config.json``'s, else computed from its options
+    (:func:`fedalf_jax.experiment.config.privacy_guarantee`: runs recorded before the field existed);
+    ``None`` for a run without a privacy mechanism."""
+    raw = rd.config_dict()
+    summary = rd.summary()
+    for rec in ((summary if isinstance(summary, dict) else {}).get("privacy"), raw.get("privacy")):
+        if isinstance(rec, dict) and rec.get("guarantee") in ("holds", "does not hold"):
+            return {"guarantee": rec["guarantee"], "why": str(rec.get("why", ""))}
+    cfg = Config.from_dict(raw)
+    if cfg.ldp == "none" and cfg.dp == "none":
+        return None
+    holds, why = privacy_guarantee(cfg)
+    return {"guarantee": "holds" if holds else "does not hold", "why": why}
+
+
+def cell_guarantee(cell: "Cell") -> str:
+    """The privacy guarantee of a cell's chosen runs: ``holds``, ``does not hold``, ``mixed`` (its
+    seeds disagree) or ``""`` (no privacy mechanism)."""
+    found = {r.guarantee["guarantee"] for r in cell.runs if r.guarantee is not None}
+    if not found:
+        return ""
+    return found.pop() if len(found) == 1 else "mixed"
 
 
 def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], list[str]]:
@@ -340,10 +376,31 @@ def cell_row(cell: Cell, last: int) -> dict:
            "algorithm": cell.variant, "eta_option": cell.eta_option, "eta": cell.eta, "seeds": len(runs),
            "rounds": _rounds(runs), "last_k": last}
     series = {"final_acc": [r.acc[-1] for r in runs], "final_angle": [r.angle[-1] for r in runs],
-              "lastK_acc": [r.acc[-last:].mean() for r in runs], "lastK_angle": [r.angle[-last:].mean() for r in runs]}
+              "lastK_acc": [_last_k(r, r.acc, last).mean() for r in runs],
+              "lastK_angle": [_last_k(r, r.angle, last).mean() for r in runs]}
     for k, vals in series.items():
         row[f"{k}_mean"], row[f"{k}_std"] = mean_std(vals)
+    row["guarantee"] = cell_guarantee(cell)
     return row
+
+
+def _last_k(run: Run, values: np.ndarray, last: int) -> np.ndarray:
+    """``values`` (one per evaluation) at the run's last ``last`` evaluations after round 0 (the untrained
+    model's), fewer if it has fewer (:func:`last_k_notes` says so); round 0's only if it has no other."""
+    trained = values[run.rounds > 0]
+    return trained[-last:] if trained.size else values[-last:]
+
+
+def last_k_notes(cells: list[Cell], last: int) -> list[str]:
+    """One note per cell whose chosen runs include runs with fewer than ``last`` evaluations after round 0."""
+    notes = []
+    for c in cells:
+        short = [(r.name, int(np.sum(r.rounds > 0))) for r in c.runs if np.sum(r.rounds > 0) < last]
+        if short:
+            runs = _shorten([f"{name} ({_plural(n, 'evaluation')})" for name, n in sorted(short)])
+            notes.append(f"{c.where} η={c.eta:g}: {_plural(len(short), 'run')} with fewer than {last} evaluations "
+                         f"after round 0, averaged over the evaluations they have (round 0 left out): {runs}")
+    return notes
 
 
 def _pm(mean: float, std: Optional[float], digits: int) -> str:
@@ -399,20 +456,37 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
         if c.eta is None:
             return "— (no eligible η)"
         row = rows[id(c)]
-        return f"{format_cell(row, 'final')}<br>η={c.eta:g} ({_plural(row['seeds'], 'seed')})"
+        text = f"{format_cell(row, 'final')}<br>η={c.eta:g} ({_plural(row['seeds'], 'seed')})"
+        return text + (f"<br>guarantee: {row['guarantee']}" if row.get("guarantee") else "")
 
     lines = [f"## Model `{model}`", "", "### Final evaluation", "",
              "mean accuracy ± std (fairness angle ± std) over seeds, at the chosen η", ""]
     lines += _md_table(header, body(final))
-    lines += ["", f"### Mean of the last {last} evaluations of each run", ""]
+    lines += ["", f"### Mean of the last {last} evaluations of each run (after round 0)", ""]
     lines += _md_table(header, body(lambda c: format_cell(rows[id(c)], "lastK") if c.eta is not None else "—"))
     lines += ["", "### η choice", "", "η (`lr`; `server_lr` for FedLF client_grad=full): seed-mean final "
               "accuracy (seeds); the chosen η in bold", ""]
     lines += _md_table(header, body(_eta_candidates))
+    lines += _guarantee_notes(cells)
     if figures:
         lines += ["", "### Figures", ""]
         lines += [f"![{f.stem}]({f.relative_to(out).as_posix()})" for f in figures]
     return lines + [""]
+
+
+def _guarantee_notes(cells: list[Cell]) -> list[str]:
+    """The "Privacy guarantee" subsection: each private variant's guarantee and why (docs/privacy.md)."""
+    seen = {}
+    for c in sorted(cells, key=lambda c: (c.order, c.variant)):
+        for r in c.runs:
+            if r.guarantee is not None:
+                seen.setdefault((c.variant, r.guarantee["guarantee"], r.guarantee["why"]), None)
+    if not seen:
+        return []
+    lines = ["", "### Privacy guarantee", "",
+             "Whether the privacy mechanism's formal guarantee covers what the clients upload (docs/privacy.md, "
+             "\"The guarantee field\"):", ""]
+    return lines + [f"- {variant}: **{status}**: {why}" for variant, status, why in seen]
 
 
 RULES = """\
@@ -581,6 +655,7 @@ def report(paths: list[str], out: str, *, last: int = 5) -> dict:
         messages += choose_eta(c)
     chosen = [c for c in cells if c.eta is not None]
     rows = {id(c): cell_row(c, last) for c in chosen}
+    messages += last_k_notes(chosen, last)
 
     out_dir = Path(out)
     fig_dir = out_dir / "figures"

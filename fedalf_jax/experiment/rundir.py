@@ -15,8 +15,15 @@ A sweep directory holds ``sweep.json`` (the list of its runs) and one run direct
 ``fedalf report``, ``fedalf sweep --resume``, the notebooks and the experiment scripts read these
 files only through this module. Files other than ``metrics.csv`` are replaced atomically (written to
 a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind
-(a stale temporary file is removed when the directory is opened for writing again); a line of
-``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by readers).
+(a stale temporary file, by its exact name, is removed when the directory is opened for writing
+again); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
+readers).
+
+Trust: a checkpoint records what produced it (the config's identity: every option but the
+bookkeeping ones, ``config.BOOKKEEPING``) and is checked whole before it is used (a damaged one
+falls back to the previous generation, with a warning); one process writes a folder at a time
+(``.fedalf.lock``, an OS lock released on any exit); a failed write raises :class:`WriteError` at
+once; every path read from ``sweep.json`` must lie inside the sweep's folder.
 """
 
 from __future__ import annotations
@@ -24,6 +31,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import socket
+import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -31,12 +43,23 @@ import jax
 import numpy as np
 
 from ..sim.round import METRIC_KEYS
-from .config import Config, ConfigError
-from .writers import PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, read_csv_rows
+from .config import Config, ConfigError, identity_diff, identity_digest
+from .writers import PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, read_csv_rows, tmp_name
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock
+    fcntl = None
 
 CONFIG, CLIENTS, METRICS, SUMMARY, CHECKPOINT, SWEEP = (
     "config.json", "clients.json", "metrics.csv", "summary.json", "checkpoint.npz", "sweep.json")
 PREV_CHECKPOINT = "checkpoint.prev.npz"
+LOCK = ".fedalf.lock"
+TB = "tb"
+# the files a run writes (``--overwrite`` removes these and TB), and the exact temporary names of the
+# atomic writes (removed when a folder is opened for writing: nothing else is ever deleted)
+RUN_FILES = (CONFIG, CLIENTS, METRICS, SUMMARY, CHECKPOINT, PREV_CHECKPOINT)
+TEMPORARIES = tuple(tmp_name(n) for n in (*RUN_FILES, SWEEP)) + ("checkpoint.npz.tmp.npz",)  # (older name)
 
 SUMMARY_KEYS = ("mean_acc", "angle", "angle_deg", "std_acc", "worst10_acc", "best10_acc")
 EVAL_KEYS = SUMMARY_KEYS + ("test_loss", "train_loss", "seconds_per_round")
@@ -55,9 +78,22 @@ def scalars_of(row: dict) -> dict:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """``text`` to ``path`` through a temporary file and a rename; :class:`WriteError` (after removing
+    the temporary file) when the folder cannot be written."""
+    tmp = path.with_name(tmp_name(path.name))
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        _discard(tmp)
+        raise WriteError(path, e) from None
+
+
+def _discard(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -74,13 +110,60 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _read_json(path: Path) -> Optional[Any]:
+def _read_json(path: Path, kind: type = dict) -> Optional[Any]:
+    """The JSON value in ``path`` (``None`` if there is no such file); it must be a ``kind``."""
     try:
-        return json.loads(path.read_text())
+        d = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON ({e.msg}); remove it or rerun the run") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid JSON ({getattr(e, 'msg', e)}); restore it or rerun the run") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {path} ({e.strerror})") from None
+    if not isinstance(d, kind):
+        raise ConfigError(f"{path} holds a JSON {type(d).__name__}, not the {kind.__name__} fedalf writes there; "
+                          f"restore it or rerun the run")
+    return d
+
+
+class DirLock:
+    """An OS lock (``flock``) on ``folder/.fedalf.lock``: one writer per folder, released when the process
+    ends however it ends. ``shared``: several holders at once (the slices of one sharded sweep), none
+    while an exclusive holder has it. A folder held by another process raises one line naming it."""
+
+    def __init__(self, folder: Path, *, shared: bool = False):
+        self.path = Path(folder) / LOCK
+        self._fd: Optional[int] = None
+        if fcntl is None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise WriteError(self.path, e) from None
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 500, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ConfigError(f"{folder} is being written by {holder}; wait for it to end, or choose another "
+                              f"--out") from None
+        self._fd = fd
+        if not shared or os.fstat(fd).st_size == 0:
+            os.ftruncate(fd, 0)
+            cmd = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300] if sys.argv else "python"
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} ({cmd}, since "
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the lock
+            self._fd = None
+
+    def __enter__(self) -> "DirLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class RunDir:
@@ -98,7 +181,8 @@ class RunDir:
 
     # ---- writing --------------------------------------------------------------------------------
     def create(self) -> None:
-        """Make the directory (with its parents) and remove temporary files a killed write left."""
+        """Make the directory (with its parents) and remove the temporary files a killed write left
+        (the exact names this module writes, nothing else)."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -106,11 +190,81 @@ class RunDir:
                               f"pass another --out") from None
         if not os.access(self.path, os.W_OK):
             raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
-        for tmp in self.path.glob("*.tmp*"):
-            tmp.unlink(missing_ok=True)
+        for name in TEMPORARIES:
+            if (self.path / name).is_file():
+                _discard(self.path / name)
+
+    def lock(self, *, shared: bool = False) -> DirLock:
+        """Hold the directory for writing (create it first); see :class:`DirLock`."""
+        return DirLock(self.path, shared=shared)
+
+    def holds_run(self) -> bool:
+        """Whether a run has written here (any of its files)."""
+        return any((self.path / n).exists() for n in RUN_FILES)
+
+    def claim(self, *, resume: bool, overwrite: bool) -> DirLock:
+        """Make the directory ready for a run and lock it: a folder that holds a sweep is refused; one
+        that holds a run is refused unless ``resume`` (continue it) or ``overwrite`` (its run files are
+        removed first). The caller releases the returned lock."""
+        if resume and overwrite:
+            raise ConfigError("--resume continues the run in --out and --overwrite replaces it; choose one")
+        self.create()
+        lock = self.lock()
+        try:
+            if (self.path / SWEEP).exists():
+                raise ConfigError(f"{self.path} holds a sweep (sweep.json); a run needs a folder of its own: "
+                                  f"choose another --out")
+            if not resume and self.holds_run():
+                if not overwrite:
+                    raise ConfigError(f"{self.path} already holds a run ({self.describe()}); continue it with "
+                                      f"--resume, replace it with --overwrite, or choose another --out")
+                self.remove_run_files()
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+
+    def describe(self) -> str:
+        """``"done at round 200"``, ``"diverged at round 40"``, ``"stopped at round 30"``, ``"not started"``."""
+        try:
+            s = self.summary()
+        except ConfigError:
+            s = None
+        if s is not None:
+            return f"{s.get('status', 'done')} at round {s.get('round', '?')}"
+        rounds = self.checkpoint_rounds()
+        return f"stopped at round {max(rounds)}" if rounds else "not started"
+
+    def remove_if_unused(self, upto: Optional[Path] = None) -> None:
+        """Remove the directory if it holds nothing but this module's lock (a run that failed at once),
+        and its parents up to ``upto`` while they are empty."""
+        try:
+            if {p.name for p in self.path.iterdir()} <= {LOCK}:
+                (self.path / LOCK).unlink(missing_ok=True)
+                self.path.rmdir()
+                if upto is not None and self.path != upto:
+                    for p in self.path.parents:  # the folders between it and upto, upto included
+                        if not (p == upto or upto in p.parents):
+                            break
+                        p.rmdir()
+                        if p == upto:
+                            break
+        except OSError:
+            pass
+
+    def remove_run_files(self) -> None:
+        """Remove everything a run writes here (nothing else)."""
+        try:
+            for name in RUN_FILES:
+                (self.path / name).unlink(missing_ok=True)
+            if (self.path / TB).is_dir():
+                shutil.rmtree(self.path / TB)
+        except OSError as e:
+            raise WriteError(self.path, e) from None
 
     def write_config(self, cfg: Config) -> None:
-        write_json(self.path / CONFIG, cfg.to_dict())
+        """``config.json``: every option, and the derived ``privacy`` record (ignored when read back)."""
+        write_json(self.path / CONFIG, {**cfg.to_dict(), "privacy": cfg.privacy})
 
     def write_clients(self, source: str, clients: list) -> None:
         write_json(self.path / CLIENTS, {"source": source, "clients": clients})
@@ -127,20 +281,32 @@ class RunDir:
         write_json(self.path / SUMMARY, summary)
 
     def clear_summary(self) -> None:
-        (self.path / SUMMARY).unlink(missing_ok=True)
+        try:
+            (self.path / SUMMARY).unlink(missing_ok=True)
+        except OSError as e:
+            raise WriteError(self.path / SUMMARY, e) from None
 
-    def save_checkpoint(self, state) -> None:
-        """``state`` (a :class:`RunState`) as ``checkpoint.npz``: its leaves in tree order, and its round.
-        The previous checkpoint becomes ``checkpoint.prev.npz``."""
+    def save_checkpoint(self, state, cfg: Config) -> None:
+        """``state`` (a :class:`RunState`) as ``checkpoint.npz``: its leaves in tree order, its round and
+        the identity of ``cfg``, the config that produced it. The previous checkpoint becomes
+        ``checkpoint.prev.npz``. :class:`WriteError` (the temporary file removed, the two generations
+        as they were) when the folder cannot be written."""
         leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(state))]
-        tmp = self.path / (CHECKPOINT + ".tmp.npz")
-        with open(tmp, "wb") as f:
-            np.savez(f, *leaves, round=np.asarray(jax.device_get(state.round)))
-            f.flush()
-            os.fsync(f.fileno())
-        if (self.path / CHECKPOINT).exists():
-            os.replace(self.path / CHECKPOINT, self.path / PREV_CHECKPOINT)
-        os.replace(tmp, self.path / CHECKPOINT)
+        ident = cfg.identity()
+        tmp = self.path / tmp_name(CHECKPOINT)
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, *leaves, round=np.asarray(jax.device_get(state.round)),
+                         identity=np.asarray(json.dumps(ident, sort_keys=True)),
+                         digest=np.asarray(identity_digest(ident)))
+                f.flush()
+                os.fsync(f.fileno())
+            if (self.path / CHECKPOINT).exists():
+                os.replace(self.path / CHECKPOINT, self.path / PREV_CHECKPOINT)
+            os.replace(tmp, self.path / CHECKPOINT)
+        except OSError as e:
+            _discard(tmp)
+            raise WriteError(self.path / CHECKPOINT, e) from None
 
     # ---- reading --------------------------------------------------------------------------------
     def has_config(self) -> bool:
@@ -149,18 +315,63 @@ class RunDir:
     def has_checkpoint(self) -> bool:
         return bool(self.checkpoint_rounds())
 
+    def checkpoint_files(self) -> list[Path]:
+        """The checkpoint files present, usable or not."""
+        return [self.path / n for n in (PREV_CHECKPOINT, CHECKPOINT) if (self.path / n).is_file()]
+
     def checkpoint_rounds(self) -> dict[int, Path]:
-        """The rounds of the available checkpoints (the last one and the one before), to their files."""
+        """The rounds of the usable checkpoints (the last one and the one before), to their files. Each
+        file is read whole first (the zip's CRCs); a damaged one is left out (:meth:`usable_checkpoint`
+        says so), so a resume falls back to the other generation."""
         out = {}
-        for name in (PREV_CHECKPOINT, CHECKPOINT):
-            p = self.path / name
-            if p.is_file():
-                try:
-                    with np.load(p) as f:
-                        out[int(f["round"])] = p
-                except (OSError, ValueError, KeyError):
-                    continue  # unreadable: ignored
+        for p in self.checkpoint_files():
+            meta = _checkpoint_meta(p)
+            if not isinstance(meta, str):
+                out[meta[0]] = p
         return out
+
+    def damaged_checkpoints(self) -> dict[str, str]:
+        """The checkpoint files that cannot be used, to why."""
+        return {p.name: m for p in self.checkpoint_files() if isinstance(m := _checkpoint_meta(p), str)}
+
+    def checkpoint_identity(self, path: Path) -> Optional[dict]:
+        """The identity recorded in a (usable) checkpoint file; ``None`` for one written before identities."""
+        meta = _checkpoint_meta(path)
+        return None if isinstance(meta, str) else meta[1]
+
+    def usable_checkpoint(self, cfg: Config, round: Optional[int] = None) -> Optional[tuple[int, Path]]:
+        """``(round, file)`` of the checkpoint to resume ``cfg`` from (the last usable one, or the one of
+        ``round``), after checking that ``cfg`` produced it; ``None`` when there are no checkpoint files.
+        Raises one line when files exist but none is usable, or when the checkpoint's identity differs
+        from ``cfg``'s (naming the differing options)."""
+        if not self.checkpoint_files():
+            return None
+        avail, damaged = self.checkpoint_rounds(), self.damaged_checkpoints()
+        why = "; ".join(f"{n}: {m}" for n, m in damaged.items())
+        if not avail:
+            raise ConfigError(f"no usable checkpoint in {self.path} ({why}); start the run again with --overwrite")
+        if round is None:
+            round = max(avail)
+        elif round not in avail:
+            raise ConfigError(f"{self.path} has no usable checkpoint of round {round} (it has rounds "
+                              f"{sorted(avail)}{'; ' + why if why else ''})")
+        path = avail[round]
+        if damaged:
+            warnings.warn(f"{self.path}: damaged checkpoint ({why}); resuming from {path.name} (round {round})",
+                          UserWarning, stacklevel=2)
+        ident = self.checkpoint_identity(path)
+        if ident is None:
+            warnings.warn(f"{path} was written before checkpoints recorded their config; it is not checked "
+                          f"against {CONFIG}", UserWarning, stacklevel=2)
+        else:
+            diff = identity_diff(ident, cfg.identity())
+            if diff:
+                shown = ", ".join(f"{k} {ident.get(k)!r} -> {cfg.identity().get(k)!r}" for k in diff[:4])
+                more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
+                raise ConfigError(f"the checkpoint in {self.path} was written by another configuration ({shown}"
+                                  f"{more}); only rounds, cadences and out may change on --resume: restore "
+                                  f"{CONFIG}, or start a new run with --overwrite or another --out")
+        return round, path
 
     def config_dict(self) -> dict:
         d = _read_json(self.path / CONFIG)
@@ -204,17 +415,27 @@ class RunDir:
         return np.stack([m[k] for k in keys], axis=1) if keys else np.zeros((0, 0))
 
     def checkpoint_round(self) -> int:
-        """The round of the last checkpoint (read without loading the state)."""
+        """The round of the last usable checkpoint (read without loading the state)."""
         return max(self.checkpoint_rounds())
 
-    def load_checkpoint(self, like, round: Optional[int] = None):
-        """The checkpointed state (the last one, or the one taken after ``round``), with the structure
-        and shapes of ``like`` (arrays or ``eval_shape``)."""
-        avail = self.checkpoint_rounds()
-        path = avail[max(avail) if round is None else round]
+    def load_checkpoint(self, like, round: Optional[int] = None, cfg: Optional[Config] = None):
+        """The checkpointed state (the last usable one, or the one taken after ``round``), with the
+        structure and shapes of ``like`` (arrays or ``eval_shape``). With ``cfg``, the checkpoint must
+        have been written by a config of the same identity (:meth:`usable_checkpoint`)."""
+        if cfg is not None:
+            found = self.usable_checkpoint(cfg, round)
+            if found is None:
+                raise ConfigError(f"{self.path} has no checkpoint")
+            path = found[1]
+        else:
+            avail = self.checkpoint_rounds()
+            if not avail or (round is not None and round not in avail):
+                raise ConfigError(f"{self.path} has no usable checkpoint" + (f" of round {round}" if round is not None else ""))
+            path = avail[max(avail) if round is None else round]
         treedef = jax.tree_util.tree_structure(like)
         with np.load(path) as f:
-            leaves = [f[f"arr_{i}"] for i in range(len(f.files) - 1)]
+            n = sum(1 for k in f.files if k.startswith("arr_"))
+            leaves = [f[f"arr_{i}"] for i in range(n)]
         want = jax.tree_util.tree_leaves(like)
         if len(leaves) != treedef.num_leaves or [x.shape for x in leaves] != [tuple(x.shape) for x in want]:
             raise ConfigError(f"checkpoint {path} does not match this config's "
@@ -226,6 +447,34 @@ class RunDir:
             raise ConfigError(f"checkpoint {path} holds other dtypes than this config (state_dtype?); resume "
                               f"with the run directory's own config.json")
         return jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(x) for x in leaves])
+
+
+_META_CACHE: dict = {}
+
+
+def _checkpoint_meta(path: Path):
+    """``(round, identity or None)`` of a checkpoint file after reading all of it (every member's CRC),
+    or a string saying why it is unusable. Cached per file version (size, mtime)."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        return e.strerror or "unreadable"
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _META_CACHE:
+        _META_CACHE[key] = _read_meta(path)
+    return _META_CACHE[key]
+
+
+def _read_meta(path: Path):
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            for k in f.files:  # reading each member checks its CRC
+                f[k]
+            rnd = int(f["round"])
+            ident = json.loads(str(f["identity"])) if "identity" in f.files else None
+    except Exception as e:  # noqa: BLE001 - any defect (truncation, bit flips, not a zip) means unusable
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'unreadable'}"[:200]
+    return rnd, ident
 
 
 def _num(s: str) -> float:
@@ -242,9 +491,24 @@ def write_sweep(root: Path, runs: list[dict], meta: dict) -> None:
 
 
 def read_sweep(root: str | os.PathLike) -> dict:
-    d = _read_json(Path(root) / SWEEP)
+    """``sweep.json``, checked: a list of runs, each with a name, a config object and a ``dir`` that is a
+    relative path resolving inside ``root`` (a sweep file never sends reads or writes elsewhere)."""
+    path = Path(root) / SWEEP
+    d = _read_json(path)
     if d is None:
-        raise ConfigError(f"{Path(root) / SWEEP} not found; is {root} a sweep directory (fedalf sweep --out)?")
+        raise ConfigError(f"{path} not found; is {root} a sweep directory (fedalf sweep --out)?")
+    runs = d.get("runs")
+    if not isinstance(runs, list):
+        raise ConfigError(f"{path} has no list of runs; restore it or rerun the sweep")
+    top = Path(root).resolve()
+    for i, r in enumerate(runs):
+        if not (isinstance(r, dict) and isinstance(r.get("dir"), str) and isinstance(r.get("config", {}), dict)
+                and isinstance(r.get("name", ""), str)):
+            raise ConfigError(f"{path}: run {i} is not a {{name, dir, config}} object; restore the file")
+        p = Path(r["dir"])
+        if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:
+            raise ConfigError(f"{path}: run {i}'s dir {r['dir']!r} is not a folder inside {root}; a sweep's runs "
+                              f"live in its own folder (restore the file)")
     return d
 
 

@@ -16,6 +16,7 @@ shared. ``resume=True`` finishes the runs that have no ``summary.json``, each fr
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -31,7 +32,7 @@ import numpy as np
 from ..sim.round import ClientData, init_state
 from .build import check_devices, client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
 from .config import CONTINUOUS, Config, ConfigError
-from .loop import Program, Slot, default_run_map, train
+from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, train
 from .progress import Progress
 from .rundir import RunDir, read_sweep, write_sweep
 
@@ -102,6 +103,12 @@ def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None, *,
             return  # another slice of the same sweep planned it
         raise ConfigError(f"{root} already holds a sweep; finish it with fedalf sweep --resume --out {root}, "
                           f"or choose another --out")
+    if RunDir(root).holds_run():
+        raise ConfigError(f"{root} holds a run (config.json); a sweep needs a folder of its own: choose another --out")
+    taken = [n for n in run_names(configs) if RunDir(root / n).holds_run()]
+    if taken:
+        raise ConfigError(f"{root / taken[0]} already holds a run that is not part of a sweep.json; "
+                          f"choose another --out")
     RunDir(root).create()
     write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
 
@@ -112,8 +119,21 @@ def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None
     given); returns one result dict per run."""
     if not configs:
         raise ConfigError("the sweep has no runs")
-    plan(configs, out, {**(meta or {}), "chunk": chunk}, same=shard is not None)
-    return resume(out, chunk=chunk, progress=progress, shard=shard)
+    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+        raise ConfigError(f"--sweep-chunk must be a positive integer, got {chunk!r}")
+    root = Path(out)
+    RunDir(root).create()
+    with _held(root, shard):
+        plan(configs, root, {**(meta or {}), "chunk": chunk}, same=shard is not None)
+        return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=None)
+
+
+@contextlib.contextmanager
+def _held(root: Path, shard):
+    """The sweep's folder locked for this process (shared by the slices of a sharded sweep, each of
+    whose runs is locked alone while it runs), with Ctrl-C handled."""
+    with RunDir(root).lock(shared=shard is not None), INTERRUPT.active():
+        yield
 
 
 def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,
@@ -133,8 +153,17 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {chunk!r}")
     root = Path(out)
+    if not (root / "sweep.json").is_file():
+        read_sweep(root)  # the one-line "not a sweep directory"
     RunDir(root).create()  # removes a temporary file a killed write left
+    with _held(root, shard):
+        return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=rounds)
+
+
+def _resume(root: Path, *, chunk, progress, shard, rounds) -> list[dict]:
     info = read_sweep(root)
+    if any("config" not in e for e in info["runs"]):
+        raise ConfigError(f"{root / 'sweep.json'} lists runs without their config; restore the file")
     entries = info["runs"]
     if rounds is not None:
         entries = _extend(root, info, rounds)
@@ -168,6 +197,11 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     finally:
         bar.close()
     return results(root)
+
+
+def _check_interrupt(where: int) -> None:
+    if INTERRUPT.requested:
+        raise Interrupted(where, [], saved=False)
 
 
 def _extend(root: Path, info: dict, rounds: int) -> list[dict]:
@@ -288,10 +322,16 @@ class _Group:
 
         for start, idx in sorted(by_start.items()):
             for k in range(0, len(idx), width):
+                _check_interrupt(start)
                 part = idx[k:k + width]
                 slots_idx = part + [part[0]] * (width - len(part))  # padding slots repeat a run
-                slots = [self._slot(i) for i in part] + [None] * (width - len(part))
-                train(program, slots, *self.inputs(slots_idx), start=start, progress=bar, on_row=on_row)
+                with contextlib.ExitStack() as held:
+                    for i in part:  # each run's folder is this process's while its call runs
+                        self.members[i][1].create()
+                        held.enter_context(self.members[i][1].lock())
+                    inputs = self.inputs(slots_idx)  # checkpoints checked before anything is written
+                    slots = [self._slot(i) for i in part] + [None] * (width - len(part))
+                    train(program, slots, *inputs, start=start, progress=bar, on_row=on_row)
                 for s in slots:
                     if s is not None and s.status == "diverged":
                         state["done"] += 1
@@ -311,17 +351,19 @@ class _Group:
     def _state(self, i: int):
         cfg, rd = self.members[i]
         if self.starts[i]:
-            return rd.load_checkpoint(jax.eval_shape(lambda: init_state(self.spec, cfg.seed)), round=self.starts[i])
+            return rd.load_checkpoint(jax.eval_shape(lambda: init_state(self.spec, cfg.seed)), round=self.starts[i],
+                                      cfg=cfg)
         return init_state(self.spec, cfg.seed)
 
     def _slot(self, i: int) -> Slot:
         cfg, rd = self.members[i]
         start = self.starts[i]
         rd.create()
+        writers = rd.writers(cfg, keep_upto=start if start else None)  # reads metrics.csv before any change
         rd.clear_summary()
         rd.write_config(cfg)
         rd.write_clients(self.pools[i].source, self.rows[i].partition.summary(self.pools[i].y))
-        return Slot(cfg, rd, writers=rd.writers(cfg, keep_upto=start if start else None))
+        return Slot(cfg, rd, writers=writers)
 
     @staticmethod
     def _stack(trees):

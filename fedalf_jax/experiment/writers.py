@@ -19,6 +19,19 @@ from .config import ConfigError
 PER_CLIENT_PREFIX = "acc_"
 
 
+def tmp_name(name: str) -> str:
+    """The temporary name an atomic write of ``name`` goes through (the only names ever cleaned up)."""
+    return name + ".tmp"
+
+
+class WriteError(ConfigError):
+    """A file of a run or sweep directory could not be written: the run stops at once."""
+
+    def __init__(self, path, err: OSError):
+        self.path = Path(path)
+        super().__init__(f"cannot write {path} ({err.strerror or err})")
+
+
 class MetricWriter(Protocol):
     def write_scalars(self, step: int, scalars: dict) -> None: ...
 
@@ -38,38 +51,55 @@ class CsvWriter:
         kept = []
         if keep_upto is not None and self.path.exists():
             kept = [r for r in read_csv_rows(self.path, len(self.columns)) if int(float(r[0])) <= keep_upto]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(self.columns)
-            w.writerows(kept)
-        os.replace(tmp, self.path)
-        self._f = open(self.path, "a", newline="")
+        tmp = self.path.with_name(tmp_name(self.path.name))
+        try:
+            with open(tmp, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(self.columns)
+                w.writerows(kept)
+            os.replace(tmp, self.path)
+            self._f = open(self.path, "a", newline="")
+        except OSError as e:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            raise WriteError(self.path, e) from None
         self._w = csv.writer(self._f)
 
     def write_scalars(self, step: int, scalars: dict) -> None:
-        self._w.writerow([step] + [scalars.get(c, float("nan")) for c in self.columns[1:]])
-        self._f.flush()
+        try:
+            self._w.writerow([step] + [scalars.get(c, float("nan")) for c in self.columns[1:]])
+            self._f.flush()
+        except OSError as e:
+            raise WriteError(self.path, e) from None
 
     def close(self) -> None:
         self._f.close()
 
 
 def read_csv_rows(path: str | Path, width: int | None = None) -> list[list[str]]:
-    """The data rows of a CSV file, without the header; rows of the wrong width are skipped."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    """The data rows of a CSV file, without the header. Rows of the wrong width are skipped (a line cut
+    short by a kill); a full row whose step is not a whole number ≥ 0 is damage, refused in one line."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
     if not rows:
         return []
     width = len(rows[0]) if width is None else width
     out = []
-    for r in rows[1:]:
+    for line, r in enumerate(rows[1:], start=2):
         if len(r) != width:
             continue
         try:
-            float(r[0])
+            step = float(r[0])
         except ValueError:
-            continue
+            step = math.nan
+        if not (math.isfinite(step) and step >= 0 and step == int(step)):
+            raise ConfigError(f"{path} line {line}: {rows[0][0] if rows[0] else 'step'} {r[0]!r} is not a round "
+                              f"number; the file is damaged: restore it, or delete the line")
         out.append(r)
     return out
 

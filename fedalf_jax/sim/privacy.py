@@ -8,7 +8,9 @@ static.
 **Bad values.** Concrete (not traced) impossible values are refused with a ``ValueError``: ε ≤ 0,
 non-finite or subnormal; δ outside (0, 1) (δ ≥ 1.25 would give σ = 0: no noise at all); a clip that
 is not finite and positive (a negative clip would flip the update's sign); parameters holding NaN or
-±inf.  Traced values cannot be checked inside ``jit``: the run configuration validates every
+±inf.  Traced values cannot be checked inside ``jit`` and are skipped (a concrete array closed over by a
+jitted function is still checked, with NumPy on the host: no ``bool()`` of a traced value); the run
+configuration validates every
 concrete value of a run or sweep before tracing (``fedalf_jax.experiment.config``), and inside a
 compiled program a tensor holding a non-finite value comes out all-NaN from every mechanism (never
 passed through), so the run's divergence check stops it.  ``adaptive_ldp`` with a concrete
@@ -87,10 +89,13 @@ def check_epsilon(epsilon) -> None:
 
 
 def _check_params(params) -> None:
-    if not _concrete(params):
-        return
+    # Leaf by leaf: a traced leaf is skipped, a concrete one (including an array closed over by a
+    # jitted function) is checked with NumPy on the host, so no bool() ever meets a tracer (inside a
+    # trace, jnp.isfinite of even a concrete array returns a tracer).
     for x in jax.tree_util.tree_leaves(params):
-        if _perturbable(x) and not bool(jnp.all(jnp.isfinite(x))):
+        if isinstance(x, jax.core.Tracer) or not _perturbable(x):
+            continue
+        if not np.all(np.isfinite(np.asarray(x))):
             raise ValueError("the parameters to perturb hold NaN or ±inf; a mechanism cannot release them "
                              "(the model diverged: lower the learning rate)")
 
@@ -324,8 +329,21 @@ def _phi(x: float) -> float:
 
 def gaussian_delta(epsilon: float, sigma_over_sensitivity: float) -> float:
     """The exact δ(ε) of the Gaussian mechanism with noise ``σ = s·Δ₂`` (Balle & Wang 2018, Thm 8):
-    ``Φ(1/(2s) − εs) − e^ε Φ(−1/(2s) − εs)``."""
-    s, e = float(sigma_over_sensitivity), float(epsilon)
+    ``Φ(1/(2s) − εs) − e^ε Φ(−1/(2s) − εs)``.
+
+    Host-side, concrete values: ``epsilon`` must be finite and > 0 and ``s`` finite and > 0, else a
+    one-line ``ValueError`` (ε ≤ 0 would return a meaningless number, s = 0 divides by zero)."""
+    try:
+        s, e = float(sigma_over_sensitivity), float(epsilon)
+    except (TypeError, ValueError):
+        raise ValueError(f"gaussian_delta: epsilon={epsilon!r} and sigma_over_sensitivity={sigma_over_sensitivity!r} "
+                         f"must be numbers; pass e.g. gaussian_delta(1.0, 2.0)") from None
+    if not (math.isfinite(e) and e > 0):
+        raise ValueError(f"gaussian_delta: epsilon={epsilon!r} must be finite and > 0; pass a positive privacy "
+                         f"budget, e.g. epsilon=1")
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"gaussian_delta: sigma_over_sensitivity={sigma_over_sensitivity!r} must be finite and > 0 "
+                         f"(the noise std divided by the L2 sensitivity); pass e.g. gaussian_sigma(...)/clip")
     tail = _phi(-0.5 / s - e * s)
     second = 0.0 if tail == 0.0 else math.exp(min(e + math.log(tail), 700.0))  # e^ε Φ(·) without overflow
     return _phi(0.5 / s - e * s) - second
