@@ -74,6 +74,19 @@ def test_resume_may_change_rounds_and_cadences(tmp_path, capsys):
     assert _rounds(a) == [0, 1, 2, 4]
 
 
+def test_sweep_resume_refuses_a_sweep_json_edited_since_the_checkpoints(tmp_path, capsys):
+    sw = tmp_path / "sw"
+    assert main(["sweep", *TINY, "--seeds", "0", "1", "--out", str(sw)]) == 0
+    info = json.loads((sw / "sweep.json").read_text())
+    info["runs"][1]["config"]["lr"] = 0.5
+    (sw / "sweep.json").write_text(json.dumps(info))
+    before = _hashes(sw)
+    code, err = _cli(capsys, ["sweep", "--resume", "--out", str(sw), "--rounds", "4"])
+    assert code == 2 and "written by another configuration (lr 0.05 -> 0.5)" in err, err
+    assert {k: v for k, v in _hashes(sw).items() if k != "sweep.json"} == {
+        k: v for k, v in before.items() if k != "sweep.json"}  # no run was touched
+
+
 def test_a_new_run_into_a_folder_that_holds_one_is_refused_unless_overwrite(tmp_path, capsys):
     a = tmp_path / "a"
     assert main(["run", *TINY, "--checkpoint-every", "1", "--out", str(a)]) == 0
