@@ -100,8 +100,10 @@ mutate fedalf_jax/experiment/writers.py "        if not (math.isfinite(step) and
   "        if not math.isfinite(step):
             continue
         if False:" "trust: a NaN metrics row is dropped silently" "$T -k damaged_metrics"
-mutate fedalf_jax/experiment/loop.py "ckpt.check()  # a checkpoint that failed stops the run now, not at its end" "pass" \
-  "trust: a failed checkpoint is reported only at the end" "$T -k failed_checkpoint"
+mutate fedalf_jax/experiment/loop.py "            raise self._err" "            pass" \
+  "trust: a failed checkpoint is never reported" "$T -k failed_checkpoint"
+mutate fedalf_jax/experiment/loop.py "                    ckpt.wait()  # the previous one written" "                    pass  # the previous one written" \
+  "trust: a failed checkpoint is seen late (after more rounds)" "$T -k failed_checkpoint"
 mutate fedalf_jax/experiment/rundir.py "for name in TEMPORARIES:" "for name in [p.name for p in self.path.glob('*.tmp*')]:" \
   "trust: every *.tmp* file is removed" "$T -k temporary"
 mutate fedalf_jax/experiment/rundir.py 'if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:' 'if False:' \

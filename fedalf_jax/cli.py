@@ -310,6 +310,10 @@ def main(argv=None) -> int:
     except Interrupted as e:
         again = (f"fedalf sweep --resume --out {args.out}" if args.command == "sweep"
                  else f"fedalf run --resume --out {e.dirs[0]}" if e.dirs else None)
+        if args.command == "sweep":
+            kept = f"every finished round of its runs is saved; continue with: {again}"
+            print(f"fedalf sweep: interrupted: {kept}", file=sys.stderr)
+            return 130
         if again is None:
             kept = "nothing was saved (no --out)"
         elif e.saved:

@@ -418,6 +418,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 state = _retire_diverged(slots, state, hp, data, batched, progress, t)
                 ckpt.check()  # a checkpoint that failed stops the run now, not at its end
                 if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:
+                    ckpt.wait()  # the previous one written (or its failure raised) before the next is queued
                     _checkpoint(ckpt, slots, state, batched)
                     schedule.done(t)
             ckpt.wait()

@@ -109,7 +109,6 @@ def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None, *,
     if taken:
         raise ConfigError(f"{root / taken[0]} already holds a run that is not part of a sweep.json; "
                           f"choose another --out")
-    RunDir(root).create()
     write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
 
 
@@ -119,13 +118,17 @@ def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None
     given); returns one result dict per run."""
     if not configs:
         raise ConfigError("the sweep has no runs")
-    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
-        raise ConfigError(f"--sweep-chunk must be a positive integer, got {chunk!r}")
+    _check_chunk(chunk)
     root = Path(out)
     RunDir(root).create()
     with _held(root, shard):
         plan(configs, root, {**(meta or {}), "chunk": chunk}, same=shard is not None)
         return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=None)
+
+
+def _check_chunk(chunk) -> None:
+    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+        raise ConfigError(f"--sweep-chunk must be a positive integer, got {chunk!r}")
 
 
 @contextlib.contextmanager
@@ -150,8 +153,7 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     whole sweep, combination by combination): ``k`` processes or jobs run disjoint slices of one sweep
     into the same folder, each call exactly as the unsliced sweep would run it.
     """
-    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
-        raise ConfigError(f"--sweep-chunk must be a positive integer, got {chunk!r}")
+    _check_chunk(chunk)
     root = Path(out)
     if not (root / "sweep.json").is_file():
         read_sweep(root)  # the one-line "not a sweep directory"
