@@ -206,6 +206,7 @@ class _Interrupt:
     def __init__(self):
         self.requested = False
         self.hard_exit = False
+        self.until: Optional[int] = None  # the round the computation in flight ends at
         self._depth = 0
         self._previous = None
 
@@ -222,13 +223,14 @@ class _Interrupt:
             self._depth -= main
             if main and self._depth == 0:
                 signal.signal(signal.SIGINT, self._previous)
-                self.requested = False
+                self.requested, self.until = False, None
 
     def _handle(self, signum, frame):
         if not self.requested:
             self.requested = True
-            print("\nfedalf: Ctrl-C: finishing the rounds in flight, then saving the metrics and a checkpoint "
-                  "(Ctrl-C again to leave now, losing the rounds since the last checkpoint)", file=sys.stderr, flush=True)
+            to = f" (up to round {self.until})" if self.until is not None else ""
+            print(f"\nfedalf: Ctrl-C: finishing the rounds in flight{to}, then saving the metrics and a checkpoint "
+                  f"(Ctrl-C again to leave now, losing the rounds since the last checkpoint)", file=sys.stderr, flush=True)
             return
         print("\nfedalf: Ctrl-C again: leaving now; the files on disk are intact (resume with --resume)",
               file=sys.stderr, flush=True)
@@ -401,6 +403,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     try:
         with INTERRUPT.active():
             if start == 0 and not INTERRUPT.requested:
+                INTERRUPT.until = 0
                 state, out, tl = _interruptible(initial, state)
                 record(0, out, tl, math.nan)
             while t < cfg.rounds and any(s is not None and s.live for s in slots) and not INTERRUPT.requested:
@@ -410,6 +413,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 live = sum(1 for s in slots if s is not None and s.live)
                 if progress is not None:
                     progress.begin_call(live, width * program.ticks_per_round)
+                INTERRUPT.until = t_next
                 state, out, sec, tl = _interruptible(chunk, state, length, want_tl)
                 if progress is not None:
                     progress.end_call(length)
