@@ -174,10 +174,6 @@ class Config:
                  rho=self.resolved_rho, server_target=self.resolved_server_target, history=self.resolved_history)
         return d
 
-    def digest(self) -> str:
-        """A short hash of :meth:`identity`."""
-        return identity_digest(self.identity())
-
     @classmethod
     def from_dict(cls, d: dict) -> "Config":
         d = {k: v for k, v in d.items() if k not in DERIVED_KEYS}  # informational (config.json's "privacy")
