@@ -48,6 +48,30 @@ _HELP = {
     "conv_impl": "convolution implementation: auto (per backend), lax, im2col, ...",
     "client_map": "how the compiled round maps over clients: vmap, map (lax.map), auto (per backend)",
     "run_map": "how a sweep's program maps over its runs: vmap, map (lax.map, one after another), auto (map on CPU)",
+    "algorithm": "the federated algorithm (docs/algorithms.md)",
+    "dataset": "fmnist, cifar10, cifar100, or synthetic (offline data shaped like --synthetic-like)",
+    "data_dir": "folder of the dataset's files (FMNIST IDX .gz, CIFAR python pickles); or FEDALF_DATA_DIR",
+    "data_source": "where the data comes from: dir (--data-dir), tfds (tensorflow-datasets), auto (dir, then tfds)",
+    "synthetic_like": "the real dataset whose shapes and class count --dataset synthetic copies",
+    "synthetic_train": "training samples of --dataset synthetic", "synthetic_test": "test samples of --dataset synthetic",
+    "partition": "how samples are split over clients: pat1 (every client holds exactly 2 classes), pat2 (exactly "
+                 "1 class; the seed paper's pathological partitions), dirichlet (Dirichlet(--alpha) label shares), iid",
+    "assign": "pat1/pat2 class assignment: fedlf (the FedLF authors' scheme, train and test pools merged) or "
+              "shards (FedAvg-style shards of the train set)",
+    "alpha": "Dirichlet concentration of --partition dirichlet (smaller: more skewed)",
+    "model": "cnn (the paper's), cnn_bn (with batch norm; no privacy mechanism), mlp (200-200, FedLF's FMNIST model)",
+    "rounds": "communication rounds", "local_epochs": "local epochs E per round", "batch_size": "local minibatch size B",
+    "server_lr_decay": "per-round decay of η_g (default per algorithm)",
+    "client_grad": "FedLF's client: full (full-batch gradient, FedLF's rule) or local (E epochs of SGD, like the others)",
+    "layers": "the fair direction's blocks: module (one per flax module) or tensor (one per parameter tensor)",
+    "merge_tol": "fair direction: a block whose hull is this close to 0 (relative) merges into the next one",
+    "qp_method": "the per-layer dual QP solver: osqp (jaxopt BoxOSQP + exact polish), pgd (projected gradient), "
+                 "auto (osqp up to 256 rows)",
+    "dual_from": "ADMM dual update from the local model (local, the paper's; with the increment or augmented "
+                 "upload it voids the privacy guarantee) or from the perturbed one (perturbed: keeps it)",
+    "ldp": "local differential privacy on each upload: adaptive (the paper's LDP-FedALF), ldp_fl, none",
+    "dp": "Gaussian DP on each upload (clip, then noise; the paper's DP-FedALF), none",
+    "seed": "run seed (data partition, sampling, initialisation, noise)",
 }
 
 
@@ -55,6 +79,9 @@ _CTRL_C = ("Ctrl-C: the rounds in flight finish, then the metrics and a checkpoi
            "written and the command exits with status 130, printing how to resume (--resume); a second "
            "Ctrl-C exits at once, leaving the last checkpoint intact. Only one process may write a folder "
            "at a time.")
+
+
+_PER_ALGORITHM = ("server_lr", "server_lr_decay", "rho", "server_target", "history")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,7 +107,10 @@ def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False) -> Non
         flag = "--" + f.name.replace("_", "-")
         t = hints[f.name]
         base = next((a for a in typing.get_args(t) if a is not type(None)), t)
-        kw = {"dest": f.name, "default": None, "help": _HELP.get(f.name, f"(default: {f.default})")}
+        text = _HELP.get(f.name, f.name.replace("_", " "))
+        if "default" not in text:  # some descriptions say their default themselves
+            text += f" (default: {'per algorithm' if f.default is None and f.name in _PER_ALGORITHM else f.default})"
+        kw = {"dest": f.name, "default": None, "help": text.replace("%", "%%")}
         if multi:
             kw["nargs"] = "+"
         if f.name in _CHOICES:
