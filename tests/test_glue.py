@@ -22,20 +22,14 @@ from fedalf_jax.experiment.report import report
 from fedalf_jax.experiment.rundir import RunDir
 from fedalf_jax.fairness import fair_direction
 from fedalf_jax.problem.partitions import make_partition
-from fedalf_jax.sim.algorithms import HParams, ServerIn, fedadmm, make_admm_upload
+from fedalf_jax.sim.algorithms import ServerIn, fedadmm, make_admm_upload
 from fedalf_jax.sim.privacy import clip_global_norm
 from fedalf_jax.sim.round import RoundSpec, client_phase, init_state, privatise, run_rounds
+from test_client import _hp
 from test_report import ACC_SWING, ANGLE_SWING, make_run
 
 SMALL = dict(dataset="synthetic", model="mlp", clients=8, clients_per_round=3, synthetic_train=600,
              synthetic_test=160, batch_size=20, rounds=2, eval_every=1)
-
-
-def _hp(**kw):
-    base = dict(lr=0.1, lr_decay=1.0, server_lr=1.0, server_lr_decay=1.0, mu=0.0, rho=1.0, q=0.1,
-                epsilon=2.0, delta=1e-5, clip=1.0)
-    base.update(kw)
-    return HParams(**{k: jnp.float32(v) for k, v in base.items()})
 
 
 # ---- client sampling (sim/round.py) -----------------------------------------------------------

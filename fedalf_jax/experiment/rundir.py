@@ -44,7 +44,7 @@ import numpy as np
 
 from ..sim.round import METRIC_KEYS
 from .config import Config, ConfigError, identity_diff, identity_digest
-from .writers import PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, read_csv_rows, tmp_name
+from .writers import PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, read_csv_rows, tmp_name
 
 try:
     import fcntl
@@ -85,15 +85,8 @@ def write_atomic(path: Path, text: str) -> None:
         tmp.write_text(text)
         os.replace(tmp, path)
     except OSError as e:
-        _discard(tmp)
+        discard(tmp)
         raise WriteError(path, e) from None
-
-
-def _discard(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -192,7 +185,7 @@ class RunDir:
             raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
         for name in TEMPORARIES:
             if (self.path / name).is_file():
-                _discard(self.path / name)
+                discard(self.path / name)
 
     def lock(self, *, shared: bool = False) -> DirLock:
         """Hold the directory for writing (create it first); see :class:`DirLock`."""
@@ -305,7 +298,7 @@ class RunDir:
                 os.replace(self.path / CHECKPOINT, self.path / PREV_CHECKPOINT)
             os.replace(tmp, self.path / CHECKPOINT)
         except OSError as e:
-            _discard(tmp)
+            discard(tmp)
             raise WriteError(self.path / CHECKPOINT, e) from None
 
     # ---- reading --------------------------------------------------------------------------------

@@ -24,6 +24,14 @@ def tmp_name(name: str) -> str:
     return name + ".tmp"
 
 
+def discard(path: Path) -> None:
+    """Remove ``path`` if it is there, ignoring a failure (a temporary file after a failed write)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 class WriteError(ConfigError):
     """A file of a run or sweep directory could not be written: the run stops at once."""
 
@@ -60,10 +68,7 @@ class CsvWriter:
             os.replace(tmp, self.path)
             self._f = open(self.path, "a", newline="")
         except OSError as e:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
+            discard(tmp)
             raise WriteError(self.path, e) from None
         self._w = csv.writer(self._f)
 
