@@ -312,3 +312,22 @@ def test_cached_history_gram_gives_the_same_direction():
   new_hist = jax.tree_util.tree_map(lambda h, d: h.at[sel].set(d), hist, deltas)
   np.testing.assert_allclose(np.asarray(update_history_gram(gram_of(hist), sel, info)),
                              np.asarray(gram_of(new_hist)), rtol=1e-4, atol=1e-5)
+
+
+def test_qp_iters_counts_the_servers_sequential_trips():
+  # qp_iters is the server's sequential depth: per merge step one trip plus the slowest block's solver
+  # steps. Here every QP starts at its answer (the uniform point: symmetric problems), so its solver
+  # takes 0 steps, and the count is the number of merge steps, known by hand.
+  e = jnp.eye(2, dtype=jnp.float32)
+  v = jnp.array([[1.0, 2.0], [-1.0, -2.0]], jnp.float32)  # hull of v and -v holds 0: a zero block
+  equal = jnp.ones((2,), jnp.float32)  # equal losses: no fair row
+  _, info = fair_direction({"a": e}, equal)
+  assert int(info["qp_iters"]) == 1 and int(info["num_blocks"]) == 1  # one step, no merge
+  _, info = fair_direction({"a": e, "b": v}, equal)  # b merges into a: two steps
+  assert int(info["num_blocks"]) == 1 and int(info["qp_iters"]) == 2
+  # a QP that needs steps: the count is 1 + the solver's steps
+  from fedalf_jax.sim.qp import solve_simplex_qp_info
+  w = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.7071068, 0.7071068]], jnp.float32)  # unit rows; λ* = (½, ½, 0)
+  _, info = fair_direction({"a": w}, jnp.ones((3,), jnp.float32))
+  _, qinfo = solve_simplex_qp_info(w @ w.T)
+  assert int(qinfo["iters"]) > 0 and int(info["qp_iters"]) == 1 + int(qinfo["iters"])

@@ -12,7 +12,7 @@ import pytest
 from fedalf_jax.qp import solve_simplex_qp, solve_simplex_qp_info
 from reference import min_norm_simplex_qp as ref_simplex_qp
 
-METHODS = ["osqp", "pgd"]
+METHODS = ["active", "osqp", "pgd"]
 
 
 def make_q(kind, n, rng):
@@ -212,7 +212,7 @@ def test_blown_up_admm_output_is_discarded(monkeypatch):
   qp._flat_solver.cache_clear()
   monkeypatch.setattr(qp, "_solve_osqp_batch", fake_osqp)
   try:
-    lam, info = solve_simplex_qp_info(jnp.asarray(Q, jnp.float32), jnp.asarray(mask))
+    lam, info = solve_simplex_qp_info(jnp.asarray(Q, jnp.float32), jnp.asarray(mask), method="osqp")
   finally:
     qp._flat_solver.cache_clear()
   lam = np.asarray(lam)
@@ -223,7 +223,7 @@ def test_blown_up_admm_output_is_discarded(monkeypatch):
 
 
 def test_auto_method_solves_large_problems_with_pgd():
-  # 300 coordinates (> AUTO_OSQP_MAX): "auto" takes the projected-gradient path, still optimal
+  # 300 coordinates (> AUTO_ACTIVE_MAX): "auto" takes the projected-gradient path, still optimal
   from fedalf_jax.sim import qp
   rng = np.random.default_rng(11)
   Q = make_q("biased", 300, rng)
@@ -233,4 +233,57 @@ def test_auto_method_solves_large_problems_with_pgd():
   lam_pgd = solve_simplex_qp(jnp.asarray(Q, jnp.float32), jnp.asarray(mask), method="pgd")
   np.testing.assert_array_equal(np.asarray(lam_auto), np.asarray(lam_pgd))
   check(Q, lam_auto, mask)
-  assert qp.AUTO_OSQP_MAX < 300
+  assert qp.AUTO_ACTIVE_MAX < 300
+
+
+def test_active_is_accurate_bounded_and_each_problem_independent_of_its_batch(problems):
+  # The server's default solver: every problem of the test set to a Frank–Wolfe gap ≤ 1e-5 (rescaled
+  # units, recomputed in float64) and an objective within 1e-5·mean diag of the float64 reference,
+  # within its step bound 2n + 20; and a problem's answer does not depend on the batch it is solved in
+  # (a sweep batches the QPs of all its runs: a run's QPs must come out as when solved alone).
+  from fedalf_jax.sim import qp
+  rng = np.random.default_rng(5)
+  Qp, mp, _ = problems
+  hist = np.stack([collinear_history_gram(rng) for _ in range(3)])
+  for Q, M in ((Qp[:-2], mp[:-2]), (hist, np.ones(hist.shape[:2], bool))):
+    lam, info = solve_simplex_qp_info(jnp.asarray(Q, jnp.float32), jnp.asarray(M), method="active")
+    lam = np.asarray(lam, np.float64)
+    n = Q.shape[-1]
+    assert np.all(np.asarray(info["iters"]) <= 2 * n + 20)
+    for q, l, k in zip(Q, lam, M):
+      qk, lk = q[np.ix_(k, k)], l[k]
+      s = np.mean(np.diag(qk))
+      if s <= 0:
+        continue
+      g = qk @ lk / s
+      assert lk @ g - g.min() <= 1e-5, (lk @ g - g.min())
+      ref = ref_simplex_qp(qk)
+      assert 0.5 * lk @ qk @ lk <= 0.5 * ref @ qk @ ref + 1e-5 * s
+    # Alone = in the batch: the same number of steps (a finished problem's loop stops: no shared
+    # convergence test), the same point up to float32 summation order (XLA vectorises a batch of one
+    # differently; measured ≤ 3e-8).
+    for i in (0, len(Q) // 2, len(Q) - 1):
+      alone, info1 = solve_simplex_qp_info(jnp.asarray(Q[i:i + 1], jnp.float32), jnp.asarray(M[i:i + 1]),
+                                           method="active")
+      assert int(info1["iters"][0]) == int(info["iters"][i])
+      np.testing.assert_allclose(np.asarray(alone)[0], lam[i], atol=1e-6)
+  assert qp.resolve_method("auto", 111) == "active" and qp.resolve_method("auto", 300) == "pgd"
+
+
+def test_active_takes_a_few_dozen_steps_where_osqp_takes_hundreds():
+  # The server's sequential depth (issue 14): on near-singular history Grams like a FedALF run's
+  # (111 rows, 60 valid), the active-set solver needs tens of steps; BoxOSQP's ADMM hundreds (each
+  # with an inner CG loop on top).
+  rng = np.random.default_rng(8)
+  n, H = 111, 100
+  Q = np.zeros((4, n, n))
+  mask = np.zeros((4, n), bool)
+  for b in range(4):
+    q = collinear_history_gram(rng, m=10, H=49, rank=6)
+    Q[b, :60, :60] = q
+    mask[b, :60] = True
+  _, act = solve_simplex_qp_info(jnp.asarray(Q, jnp.float32), jnp.asarray(mask), method="active")
+  _, osqp = solve_simplex_qp_info(jnp.asarray(Q, jnp.float32), jnp.asarray(mask), method="osqp")
+  assert np.all(np.asarray(act["residual"]) < 1e-5), act["residual"]
+  assert int(np.max(act["iters"])) <= 80, act["iters"]
+  assert int(np.min(osqp["iters"])) > 2 * int(np.max(act["iters"])), (osqp["iters"], act["iters"])

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .batching import per_run
-from .qp import solve_simplex_qp_info
+from .qp import resolve_method, solve_simplex_qp_info
 
 __all__ = ["fair_direction", "fair_weights", "module_layers", "tensor_layers", "update_history_gram"]
 
@@ -201,8 +201,9 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
 
   Returns:
     ``(d, info)``: ``d`` a pytree like one client's tree; ``info`` a dict with ``model_conflicts``
-    (#i with Δ_i·d < 0), ``layer_conflicts`` (#(i, layer) with Δ_{i,L}·d_L < 0), ``qp_iters`` and
-    ``qp_residual`` (max over final blocks), ``num_blocks``, ``fallback`` (step 6 triggered),
+    (#i with Δ_i·d < 0), ``layer_conflicts`` (#(i, layer) with Δ_{i,L}·d_L < 0), ``qp_iters`` (the
+    sequential loop trips of steps 2–4: per merge step one trip plus the slowest block's solver
+    iterations, summed over the merge steps), ``qp_residual`` (max over final blocks), ``num_blocks``, ``fallback`` (step 6 triggered),
     ``block_of_layer`` ``[K]`` and ``lambdas`` ``[K, m + 1 + H]`` (per layer, its block's λ over
     rows: clients, fair row, history), ``client_gram`` ``[K, m, m]`` and, with history,
     ``cross_gram`` ``[K, m, H]`` (the raw per-layer Grams, for :func:`update_history_gram`).
@@ -252,9 +253,11 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gr
 
   Three phases: the Grams (the ``D``-sized work, plain matmuls), the coefficients of ``d`` over the
   rows (steps 1–6 from the Grams alone: ``[K, r]``-sized) and their application to the rows (``D``-sized
-  again). Under ``jax.vmap`` (a sweep) the middle phase runs once per element (:func:`per_run`), so a
-  batched call gives every element exactly what an unbatched call gives, while the ``D``-sized phases
-  stay batched and the history rows are never copied per run.
+  again). Under ``jax.vmap`` (a sweep) every phase is batched: the QPs of all runs and all layers are one
+  batch whose solver loops are per problem (a finished problem is frozen), so the server's sequential
+  depth is that of its slowest run, not the sum over runs. With ``qp_method="osqp"`` (one ADMM loop
+  shared by its batch) the middle phase runs once per run instead (:func:`per_run`), so that runs do
+  not share a loop.
   """
   m = leaves[0].shape[0]
   H = 0 if hist_leaves is None else hist_leaves[0].shape[0]
@@ -263,8 +266,10 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gr
   else:
     hmask = jnp.ones((H,), bool) if history_mask is None else history_mask.reshape((H,))
   R, cc, ch = _layer_grams(leaves, hist_leaves, ids, num_layers, history_gram)
-  W, info = per_run(functools.partial(_coefficients, m=m, merge_tol=merge_tol, qp_method=qp_method))(
-      R, losses.reshape((m,)), hmask)
+  coefficients = functools.partial(_coefficients, m=m, merge_tol=merge_tol, qp_method=qp_method)
+  if resolve_method(qp_method, R.shape[-1] + 1) == "osqp":
+    coefficients = per_run(coefficients)  # one ADMM loop per run: a shared one would couple the runs
+  W, info = coefficients(R, losses.reshape((m,)), hmask)
   d_leaves = []
   for i, (x, k) in enumerate(zip(leaves, ids)):
     d = jnp.einsum("i,i...->...", W[k, :m], x, precision=_HI)
@@ -299,17 +304,19 @@ def _coefficients(R, losses, hmask, *, m, merge_tol, qp_method):
     return st[0]
 
   def body(st):
-    _, bid, _ = st
+    _, bid, _, trips = st
     out = solve(bid)
-    _, _, nonempty, zero, _, _ = out
+    _, _, nonempty, zero, iters, _ = out
     more = jnp.any(zero) & (jnp.sum(nonempty) > 1)
-    return more, jnp.where(more, _merge_once(bid, nonempty, zero), bid), out
+    # the solves of all blocks run side by side: this step's depth is the slowest block's
+    trips = trips + 1 + jnp.max(jnp.where(nonempty, iters, 0))
+    return more, jnp.where(more, _merge_once(bid, nonempty, zero), bid), out, trips
 
   bid0 = jnp.arange(K)
   out0 = jax.eval_shape(solve, bid0)
   out0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), out0)
-  _, bid, (w, lam, nonempty, _, iters, resid) = jax.lax.while_loop(
-      cond, body, (jnp.array(True), bid0, out0))
+  _, bid, (w, lam, nonempty, _, iters, resid), trips = jax.lax.while_loop(
+      cond, body, (jnp.array(True), bid0, out0, jnp.zeros((), jnp.int32)))
 
   # Step 5/6 from the Grams: per-layer coefficients, dots and norms.
   W = w[bid]  # [K, r]
@@ -323,7 +330,7 @@ def _coefficients(R, losses, hmask, *, m, merge_tol, qp_method):
   info = {
       "model_conflicts": jnp.sum(factor * dots < 0).astype(jnp.int32),
       "layer_conflicts": jnp.sum(factor * P < 0).astype(jnp.int32),
-      "qp_iters": jnp.max(jnp.where(nonempty, iters, 0)),
+      "qp_iters": trips,
       "qp_residual": jnp.max(jnp.where(nonempty, resid, 0.0)),
       "num_blocks": jnp.sum(nonempty).astype(jnp.int32),
       "fallback": fallback,

@@ -5,9 +5,11 @@
 mechanism, lets the algorithm's server function aggregate, and returns the new state and the
 round's metrics. ``run_rounds`` scans it; :mod:`fedalf_jax.sim.train` adds the evaluation.
 
-Under ``jax.vmap`` over runs (a sweep), the server's D-sized steps are batched; its small, numerically
-delicate parts (the fair direction's QPs, qFedAvg's norms) run once per run
-(:func:`fedalf_jax.sim.batching.per_run`), exactly as in a single run. The clients of all runs are
+Under ``jax.vmap`` over runs (a sweep), the server step is batched: the fair direction's QPs of all
+runs and layers are one batch whose solver loops run per problem (:mod:`fedalf_jax.sim.qp`), so the
+server's sequential depth is its slowest run's; qFedAvg's norms (and the fair direction with the
+``osqp`` solver, whose batch shares one loop) run once per run (:func:`fedalf_jax.sim.batching.per_run`).
+A batched run equals its single run up to float32 summation order. The clients of all runs are
 batched together with ``client_map="vmap"``, and mapped one (run, client) pair at a time with
 ``client_map="map"`` (:func:`fedalf_jax.sim.batching.each_pair_in_turn`).
 """
@@ -23,6 +25,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from . import tree as T
+from .tree import _HI
 from .algorithms import SERVER_INFO, Algorithm, HParams, ServerIn
 from .batching import each_pair_in_turn
 from .client import full_loss, full_loss_and_grad, local_sgd
@@ -135,7 +138,7 @@ def round_keys(state: RunState, m: int):
 
 def conflicts(spec: RoundSpec, deltas, d):
     """Model-level (Δ_i·d < 0) and layer-level (Δ_{i,L}·d_L < 0) conflict counts."""
-    per_leaf = jax.tree_util.tree_map(lambda x, y: jnp.einsum("i...,...->i", x, y), deltas, d)
+    per_leaf = jax.tree_util.tree_map(lambda x, y: jnp.einsum("i...,...->i", x, y, precision=_HI), deltas, d)
     leaves = jax.tree_util.tree_leaves(per_leaf)
     ids = jax.tree_util.tree_leaves(spec.layer_of)
     by_layer = {}

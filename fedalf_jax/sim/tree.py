@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 tmap = jax.tree_util.tree_map
+_HI = jax.lax.Precision.HIGHEST  # the simulator's own sums stay full float32 (no TF32 on GPUs): --matmul-precision is the model's
 
 
 def sub(a, b):
@@ -22,7 +23,7 @@ def scale(a, s):
 
 def vdot(a, b):
     """Σ over leaves of ⟨a, b⟩ (unbatched pytrees)."""
-    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+    return sum(jnp.vdot(x, y, precision=_HI) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
 
 
 def sq_norm(a):
@@ -31,13 +32,13 @@ def sq_norm(a):
 
 def batched_vdot(stacked, b):
     """``[m]``: ⟨stacked[i], b⟩ for a pytree with a leading client axis and an unbatched ``b``."""
-    return sum(jnp.einsum("i...,...->i", x, y)
+    return sum(jnp.einsum("i...,...->i", x, y, precision=_HI)
                for x, y in zip(jax.tree_util.tree_leaves(stacked), jax.tree_util.tree_leaves(b)))
 
 
 def weighted_sum(stacked, w):
     """Σ_i w_i stacked[i] for a pytree with a leading client axis."""
-    return tmap(lambda x: jnp.tensordot(w.astype(x.dtype), x, axes=1), stacked)
+    return tmap(lambda x: jnp.tensordot(w.astype(x.dtype), x, axes=1, precision=_HI), stacked)
 
 
 def take(stacked, idx):
