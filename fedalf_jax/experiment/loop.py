@@ -37,7 +37,7 @@ from ..sim.train import make_chunk, train_losses
 from . import metrics as M
 from .build import build
 from .config import Config, ConfigError
-from .progress import Progress
+from .progress import Progress, stage
 from .rundir import RunDir, scalars_of
 from .writers import WriteError
 
@@ -73,11 +73,6 @@ class Program:
         if not self.batched and self.spec.client_devices > 1:
             return device_mesh(self.spec.client_devices, "clients"), (P(), P(), P()), P()
         return None
-
-    @property
-    def ticks_per_round(self) -> int:
-        """Progress callbacks per round and run: every device of a client-sharded run calls back."""
-        return self.spec.client_devices if not self.batched else 1
 
     def _jit(self, fn, in_axes, donate: bool = False):
         """``fn`` (mapped over the runs of a batch) under ``jit``; ``donate``: the state argument's buffers
@@ -123,20 +118,21 @@ class Program:
     def compiled(self, length: int, state, hp, data):
         """The chunk of ``length`` rounds (0: evaluation only) with its test evaluation.
 
-        With a visible progress bar, the chunk calls back after every round, so the bar moves while a
-        chunk runs. Without one, the callback is left out: for an algorithm with per-client state
-        (duals, history rows) it measured 10–25% of a small model's round on CPU (docs/benchmarks.md).
+        It calls nothing back (no progress tick per round), so the persistent compilation cache keeps
+        it (:mod:`.cache`): the progress bar moves after each call and says meanwhile which rounds run.
         """
-        shown = self.progress is not None and self.progress.enabled
-        tick = self.progress.tick if shown else None
-        make = lambda: self._jit(make_chunk(self.spec, length, tick=tick), (0, 0, self.data_axes), donate=True)  # noqa: E731
+        make = lambda: self._jit(make_chunk(self.spec, length), (0, 0, self.data_axes), donate=True)  # noqa: E731
         return self._compile(("chunk", length), make, (state, hp, data))
+
+    def compiled_train_loss(self, state, hp, data):
+        """The train-loss program (compiled on first use; the arguments may be shapes alone)."""
+        make = lambda: self._jit(lambda s, h, d: train_losses(self.spec, s, h, d), (0, 0, self.data_axes))  # noqa: E731
+        return self._compile(("train_loss",), make, (state, hp, data))
 
     def train_loss(self, state, hp, data):
         """``[N]`` (or ``[W, N]``) train losses of the current global model(s)."""
         state, hp, data = self.place(state, hp, data)
-        make = lambda: self._jit(lambda s, h, d: train_losses(self.spec, s, h, d), (0, 0, self.data_axes))  # noqa: E731
-        return self._compile(("train_loss",), make, (state, hp, data))(state, hp, data)
+        return self.compiled_train_loss(state, hp, data)(state, hp, data)
 
     def __call__(self, state, hp, data, length: int):
         state, hp, data = self.place(state, hp, data)
@@ -147,8 +143,10 @@ def default_run_map(backend: Optional[str] = None) -> str:
     """``map`` on CPU, ``vmap`` elsewhere. Measured on the 2-core CPU (FMNIST FedALF, ``fedalf bench
     --sweep-width``, sweep time against its runs one after another): ``map`` 1.00–1.05× at W = 1–8 on
     the MLP, ``vmap`` 0.92–1.01× on the MLP and 0.91× on the CNN at W = 8, with 17.5 GB peak memory
-    (docs/benchmarks.md). Both give every run bit for bit what its single run gives. On a GPU the
-    batched clients of ``vmap`` are what fills the device."""
+    (docs/benchmarks.md). ``map`` gives every run bit for bit what its single run gives; ``vmap``
+    batches the runs' server steps (their QPs side by side: the server's sequential depth does not
+    grow with the width) and equals them up to float32 summation order. On a GPU the batched clients
+    and servers of ``vmap`` are what fills the device."""
     return "map" if (backend or jax.default_backend()) == "cpu" else "vmap"
 
 
@@ -404,7 +402,8 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         with INTERRUPT.active():
             if start == 0 and not INTERRUPT.requested:
                 INTERRUPT.until = 0
-                state, out, tl = _interruptible(initial, state)
+                with stage(progress, "evaluating round 0"):
+                    state, out, tl = _interruptible(initial, state)
                 record(0, out, tl, math.nan)
             while t < cfg.rounds and any(s is not None and s.live for s in slots) and not INTERRUPT.requested:
                 length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)
@@ -412,7 +411,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 want_tl = t_next % cfg.train_loss_every == 0 or t_next == cfg.rounds
                 live = sum(1 for s in slots if s is not None and s.live)
                 if progress is not None:
-                    progress.begin_call(live, width * program.ticks_per_round)
+                    progress.begin_call(live, t + 1, t_next)
                 INTERRUPT.until = t_next
                 state, out, sec, tl = _interruptible(chunk, state, length, want_tl)
                 if progress is not None:

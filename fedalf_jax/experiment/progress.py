@@ -1,55 +1,128 @@
-"""The progress bar of ``fedalf run`` and ``fedalf sweep``: one bar, moved from inside the compiled
-program after every round (``jax.debug.callback``), saying when it is compiling."""
+"""The progress bar of ``fedalf run`` and ``fedalf sweep``: one bar of rounds, moved after every
+program call (a chunk of ``eval_every`` rounds), that says what the command is doing meanwhile.
+
+While a stage runs (compiling a program, the round-0 evaluation, a call's rounds) the bar's
+description names it with its own clock (``fedalf run (compiling) 12s``), and a ticker thread
+redraws the bar so that both clocks keep moving. The compiled programs call nothing back (no
+``jax.debug.callback`` after each round): JAX never writes a program with a host callback to the
+persistent compilation cache (:mod:`.cache`), so the bar counts rounds once per call.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
+import time
 from typing import Optional
 
 
-class Progress:
-    """Rounds done of ``total`` (run-rounds for a sweep), with a postfix set by the loop.
+def _clock(sec: float) -> str:
+    sec = int(sec)
+    return f"{sec}s" if sec < 60 else f"{sec // 60}m{sec % 60:02d}s"
 
-    ``tick`` is called by the compiled program once per round and run in the current program call;
-    ``begin_call(live, width)`` tells it how many of the call's ``width`` slots are real runs.
+
+class Progress:
+    """Rounds done of ``total`` (run-rounds for a sweep), with a postfix set by the loop and the stage
+    in progress (:meth:`stage`) in its description.
+
+    ``refresh_s``: how often the ticker redraws the bar during a stage (default 0.5 s on a terminal,
+    10 s into a file or pipe, whose every redraw is a line of the log).
     """
 
-    def __init__(self, total: int, *, initial: int = 0, enabled: bool = True, desc: str = "fedalf"):
+    def __init__(self, total: int, *, initial: int = 0, enabled: bool = True, desc: str = "fedalf",
+                 refresh_s: Optional[float] = None):
         self._lock = threading.Lock()
         self._desc = desc
         self._bar = None
         if enabled:
             from tqdm.auto import tqdm
             self._bar = tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True, desc=desc)
+        if refresh_s is None:
+            out = getattr(self._bar, "fp", None) or sys.stderr
+            refresh_s = 0.5 if getattr(out, "isatty", lambda: False)() else 10.0
+        self._refresh_s = refresh_s
         self._base = initial
-        self._calls = 0
-        self._live, self._width = 1, 1
-        self._stop: Optional[threading.Event] = None
+        self._live, self._call = 1, (0, 0)
+        self._stages: list[list] = []  # [text, since]: the top one is shown
+        self._stop = threading.Event()
+        self._ticker: Optional[threading.Thread] = None
 
     @property
     def enabled(self) -> bool:
         return self._bar is not None
 
-    def begin_call(self, live: int, width: int) -> None:
-        with self._lock:
-            self._calls = 0
-            self._live, self._width = live, width
+    # -- stages: what the command is doing between two moves of the bar
 
-    def tick(self, _round) -> None:
+    @contextlib.contextmanager
+    def stage(self, text: str):
+        """Say ``text`` (with the time since it began) while the block runs; stages nest, the innermost
+        is shown and the one below takes over (its clock restarted) when it ends."""
+        self._push(text)
+        try:
+            yield
+        finally:
+            self._pop(text)
+
+    def compiling(self, on: bool) -> None:
+        """Say "compiling" while XLA compiles a program (``on``), or stop saying it."""
+        (self._push if on else self._pop)("compiling")
+
+    def _push(self, text: str) -> None:
         if self._bar is None:
             return
         with self._lock:
-            self._calls += 1
-            n = self._base + (self._calls * self._live) // self._width
-            if n > self._bar.n:
-                self._bar.update(n - self._bar.n)
+            self._stages.append([text, time.monotonic()])
+            self._show()
+            if self._ticker is None:
+                self._ticker = threading.Thread(target=self._tick, name="fedalf-progress", daemon=True)
+                self._ticker.start()
+
+    def _pop(self, text: str) -> None:
+        if self._bar is None:
+            return
+        with self._lock:
+            for i in range(len(self._stages) - 1, -1, -1):
+                if self._stages[i][0] == text:
+                    del self._stages[i]
+                    break
+            if self._stages:
+                self._stages[-1][1] = time.monotonic()
+            self._show()
+
+    def _show(self) -> None:
+        """Redraw with the current stage (the lock held)."""
+        if self._stages:
+            text, since = self._stages[-1]
+            self._bar.set_description(f"{self._desc} ({text}) {_clock(time.monotonic() - since)}", refresh=False)
+        else:
+            self._bar.set_description(self._desc, refresh=False)
+        self._bar.refresh()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._refresh_s):
+            with self._lock:
+                if self._stages and not self._stop.is_set():
+                    self._show()
+
+    # -- counting rounds
+
+    def begin_call(self, live: int, first: int, last: int) -> None:
+        """A program call of rounds ``first``..``last`` for each of its ``live`` runs begins."""
+        self._live, self._call = live, (first, last)
+        self._push(self._rounds(first, last))
 
     def end_call(self, rounds_done: int) -> None:
         """The call finished ``rounds_done`` rounds for each of its live runs."""
+        self._pop(self._rounds(*self._call))
         with self._lock:
             self._base += rounds_done * self._live
             if self._bar is not None and self._base != self._bar.n:
                 self._bar.update(self._base - self._bar.n)
+
+    @staticmethod
+    def _rounds(first: int, last: int) -> str:
+        return f"round {first}" if first == last else f"rounds {first}–{last}"
 
     def advance(self, n: int) -> None:
         """Count ``n`` run-rounds that no call will run (a diverged run's remaining rounds)."""
@@ -63,26 +136,17 @@ class Progress:
             with self._lock:
                 self._bar.set_postfix(kw, refresh=True)
 
-    def compiling(self, on: bool) -> None:
-        """Say "compiling" (and keep the elapsed time moving) while XLA compiles a program."""
-        if self._bar is None:
-            return
-        if on:
-            self._bar.set_description(f"{self._desc} (compiling)")
-            self._stop = threading.Event()
-            threading.Thread(target=self._refresh, args=(self._stop,), daemon=True).start()
-        else:
-            if self._stop is not None:
-                self._stop.set()
-            self._bar.set_description(self._desc)
-
-    def _refresh(self, stop: threading.Event) -> None:
-        while not stop.wait(1.0):
-            with self._lock:
-                self._bar.refresh()
-
     def close(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
         if self._bar is not None:
-            self._bar.close()
+            with self._lock:
+                self._stages.clear()
+                self._bar.set_description(self._desc, refresh=False)
+                self._bar.close()
+
+
+def stage(progress: Optional[Progress], text: str):
+    """``progress.stage(text)``, or nothing without a bar."""
+    return progress.stage(text) if progress is not None else contextlib.nullcontext()

@@ -1,0 +1,151 @@
+"""Start-up: the persistent compilation cache (where it lives, that a second run loads its programs
+from it) and a progress bar that says what it is doing while nothing counts rounds yet."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from fedalf_jax.cli import build_parser, main
+from fedalf_jax.experiment import cache as C
+from fedalf_jax.experiment.progress import Progress
+from fedalf_jax.experiment.rundir import RunDir
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "4", "--clients-per-round", "2",
+        "--synthetic-train", "200", "--synthetic-test", "80", "--rounds", "4", "--eval-every", "2",
+        "--algorithm", "fedavg"]
+
+
+# -- where the cache lives
+
+def test_cache_dir_default_override_and_off(tmp_path):
+    home = {"HOME": "/home/ann"}
+    assert C.cache_dir(env=home) == Path("/home/ann/.cache/fedalf_jax/jax")
+    assert C.cache_dir(env={**home, "XDG_CACHE_HOME": "/scratch/ann"}) == Path("/scratch/ann/fedalf_jax/jax")
+    assert C.cache_dir(env={**home, "XDG_CACHE_HOME": "rel"}) == Path("/home/ann/.cache/fedalf_jax/jax")
+    # FEDALF_COMPILE_CACHE moves it (~ expanded) and wins over JAX's own variable, which wins over the default
+    assert C.cache_dir(env={**home, C.ENV: str(tmp_path / "c")}) == tmp_path / "c"
+    assert C.cache_dir(env={C.ENV: "~/c"}) == Path("~/c").expanduser()
+    assert C.cache_dir(env={**home, "JAX_COMPILATION_CACHE_DIR": "/j"}) == Path("/j")
+    assert C.cache_dir(env={**home, "JAX_COMPILATION_CACHE_DIR": "/j", C.ENV: "/f"}) == Path("/f")
+    for off in ("off", "OFF", "0", "false", "no", "none"):
+        assert C.cache_dir(env={**home, C.ENV: off}) is None, off
+    assert C.cache_dir(env={**home, C.ENV: " "}) == Path("/home/ann/.cache/fedalf_jax/jax")  # blank: unset
+    # --no-compile-cache: off whatever the environment says
+    assert C.cache_dir(disabled=True, env={**home, C.ENV: "/f", "JAX_COMPILATION_CACHE_DIR": "/j"}) is None
+
+
+@pytest.fixture
+def jax_cache_config():
+    """The JAX cache settings as they were, after a test that calls ``cache.configure`` in-process."""
+    names = ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
+             "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
+    saved = {n: getattr(jax.config, n) for n in names}
+    yield
+    for n, v in saved.items():
+        jax.config.update(n, v)
+    from jax.experimental.compilation_cache import compilation_cache
+    compilation_cache.reset_cache()
+
+
+def test_configure_caches_every_program_or_turns_off(tmp_path, jax_cache_config):
+    assert C.configure(tmp_path / "c") == tmp_path / "c" and (tmp_path / "c").is_dir()
+    assert jax.config.jax_enable_compilation_cache
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "c")
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    assert C.configure(None) is None and not jax.config.jax_enable_compilation_cache
+    # a folder that cannot be made: one warning, and the command runs without the cache
+    (tmp_path / "file").write_text("")
+    with pytest.warns(UserWarning, match="compile cache off: cannot use"):
+        assert C.configure(tmp_path / "file" / "c") is None
+    assert not jax.config.jax_enable_compilation_cache
+
+
+def test_no_compile_cache_flag_wins_over_the_environment(tmp_path, monkeypatch, capsys, jax_cache_config):
+    monkeypatch.setenv(C.ENV, str(tmp_path / "c"))
+    bad = ["--dataset", "fmnist", "--data-dir", str(tmp_path / "none"), "--rounds", "1"]  # stops before compiling
+    assert main(["run", "--no-compile-cache", *bad]) == 2
+    assert not (tmp_path / "c").exists() and not jax.config.jax_enable_compilation_cache
+    assert main(["run", *bad]) == 2
+    assert (tmp_path / "c").is_dir() and jax.config.jax_compilation_cache_dir == str(tmp_path / "c")
+    for cmd in (["sweep", "--out", "x"], ["bench"]):  # the same flag on the other commands that compile
+        assert build_parser().parse_args([*cmd, "--no-compile-cache"]).no_compile_cache
+
+
+# -- the cache in use: fedalf run twice
+
+def _fedalf(*argv, cache, out):
+    env = {**os.environ, C.ENV: str(cache), "JAX_PLATFORMS": "cpu",  # log each cache hit, miss and skipped write
+           "JAX_LOG_COMPILES": "1", "JAX_EXPLAIN_CACHE_MISSES": "1"}
+    p = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", *TINY, *argv, "--out", str(out)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stderr
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """The same ``fedalf run`` twice with one new cache folder: first without a progress bar, then with one."""
+    tmp = tmp_path_factory.mktemp("startup")
+    cache = tmp / "cache"
+    first = _fedalf("--no-progress", cache=cache, out=tmp / "a")
+    entries = sorted(p.name for p in cache.iterdir())
+    second = _fedalf(cache=cache, out=tmp / "b")
+    return dict(tmp=tmp, cache=cache, first=first, entries=entries, second=second)
+
+
+def _hits(log: str, name: str) -> int:
+    return len(re.findall(rf"Persistent compilation cache hit for '{name}'", log))
+
+
+def test_first_run_writes_every_program_to_the_cache(two_runs):
+    # both chunk programs (evaluation only; 2 rounds and the evaluation), the train loss, the small ones
+    assert sum(n.startswith("jit_chunk-") for n in two_runs["entries"]) == 2, two_runs["entries"]
+    assert "Not writing persistent cache entry" not in two_runs["first"], two_runs["first"][-3000:]
+
+
+def test_second_run_loads_its_programs_from_the_cache(two_runs):
+    second = two_runs["second"]
+    if "Machine type used for XLA:CPU compilation doesn't match" in second:
+        pytest.skip("XLA:CPU rejects the entries it wrote on this CPU (jax-ml/jax#38445): every run compiles")
+    assert _hits(second, "jit_chunk") == 2, second[-3000:]
+    assert "PERSISTENT COMPILATION CACHE MISS" not in second  # nothing compiled again
+    assert sorted(p.name for p in two_runs["cache"].iterdir()) == two_runs["entries"]  # nothing new written
+    a, b = (RunDir(two_runs["tmp"] / d).metrics() for d in "ab")  # the loaded programs compute the same numbers
+    for k in ("round", "mean_acc", "angle", "test_loss", "train_loss"):
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# -- the progress bar while it compiles and evaluates
+
+def test_progress_says_compiling_evaluating_and_which_rounds(two_runs):
+    err = two_runs["second"]
+    for said in ("fedalf run (evaluating round 0)", "fedalf run (compiling)", "fedalf run (rounds 1–2)",
+                 "fedalf run (rounds 3–4)", "4/4"):
+        assert said in err, (said, err[-2000:])
+
+
+def test_no_progress_shows_no_bar(two_runs, capsys):
+    assert "fedalf run" not in two_runs["first"] and "round/s" not in two_runs["first"]
+    bar = Progress(10, enabled=False)
+    with bar.stage("compiling"):
+        pass
+    bar.close()
+    assert capsys.readouterr().err == "" and bar._ticker is None
+
+
+def test_stage_clock_keeps_moving_without_calls(capsys):
+    bar = Progress(10, desc="fedalf run", refresh_s=0.1)
+    with bar.stage("compiling"):
+        time.sleep(2.3)  # nothing but the ticker redraws the bar meanwhile
+    bar.close()
+    err = capsys.readouterr().err
+    assert "fedalf run (compiling) 0s" in err and "fedalf run (compiling) 2s" in err, err[-1000:]
+    assert "0/10 [00:02<" in err  # tqdm's elapsed clock moved too
