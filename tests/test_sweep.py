@@ -145,6 +145,7 @@ def test_sweep_refuses_bad_input(tmp_path, capsys):
     assert "lr must be a positive" in err(["sweep", *TINY, "--out", str(tmp_path / "b"), "--lr", "0.1", "-1"])
     assert "sweep.json" in err(["sweep", "--resume", "--out", str(tmp_path / "nothing")])
     assert main(["sweep", *TINY, "--algorithm", "fedavg", "--rounds", "2", "--out", str(tmp_path / "c")]) == 0
+    capsys.readouterr()  # its "sweep chunk" line (test_sweep_memory.py)
     assert "already holds a sweep" in err(["sweep", *TINY, "--out", str(tmp_path / "c")])
     assert "other runs" in err(["sweep", *TINY, "--algorithm", "fedavg", "--rounds", "2", "--resume", "--out",
                                 str(tmp_path / "c"), "--lr", "0.1", "0.2"])

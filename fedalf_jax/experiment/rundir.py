@@ -6,8 +6,8 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
     clients.json     the data source and each client's classes and sample counts
     metrics.csv      one row per evaluation: round, mean_acc, angle, ..., acc_0 .. acc_{N-1}
     checkpoint.npz   the run state at the last checkpoint (``--resume`` continues from it)
-    checkpoint.prev.npz   the one before (a sweep killed while writing its runs' checkpoints resumes
-                     every run of the interrupted program call from the same round)
+    checkpoint.prev.npz   the one before (``fedalf run``: the fallback when the last one is damaged;
+                     a sweep's runs keep only their last checkpoint, see :meth:`RunDir.save_checkpoint`)
     summary.json     written when the run ends: status ("done" or "diverged"), the final row, times
     tb/              TensorBoard scalars (``--log tensorboard`` only)
 
@@ -21,7 +21,8 @@ readers).
 
 Trust: a checkpoint records what produced it (the config's identity: every option but the
 bookkeeping ones, ``config.BOOKKEEPING``) and is checked whole before it is used (a damaged one
-falls back to the previous generation, with a warning); one process writes a folder at a time
+falls back to the previous generation, with a warning; a sweep's runs keep one generation, each
+read back whole before it replaces the one before); one process writes a folder at a time
 (``.fedalf.lock``, an OS lock released on any exit); a failed write raises :class:`WriteError` at
 once; every path read from ``sweep.json`` must lie inside the sweep's folder.
 """
@@ -54,6 +55,7 @@ except ImportError:  # not POSIX: no lock
 CONFIG, CLIENTS, METRICS, SUMMARY, CHECKPOINT, SWEEP = (
     "config.json", "clients.json", "metrics.csv", "summary.json", "checkpoint.npz", "sweep.json")
 PREV_CHECKPOINT = "checkpoint.prev.npz"
+COMPRESS_ENV = "FEDALF_COMPRESS_CHECKPOINTS"  # "1": checkpoints written with np.savez_compressed
 LOCK = ".fedalf.lock"
 TB = "tb"
 # the files a run writes (``--overwrite`` removes these and TB), and the exact temporary names of the
@@ -160,10 +162,18 @@ class DirLock:
 
 
 class RunDir:
-    """One run directory (it need not exist yet)."""
+    """One run directory (it need not exist yet).
 
-    def __init__(self, path: str | os.PathLike):
+    ``keep_previous``: a new checkpoint keeps the one before as ``checkpoint.prev.npz`` (``fedalf run``);
+    without it (a sweep's runs) only the last checkpoint is kept. ``compress``: write checkpoints with
+    ``np.savez_compressed`` (default: the environment variable ``FEDALF_COMPRESS_CHECKPOINTS=1``); both
+    kinds are read alike.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, keep_previous: bool = True, compress: Optional[bool] = None):
         self.path = Path(path)
+        self.keep_previous = keep_previous
+        self.compress = (os.environ.get(COMPRESS_ENV, "") not in ("", "0")) if compress is None else bool(compress)
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -280,23 +290,38 @@ class RunDir:
             raise WriteError(self.path / SUMMARY, e) from None
 
     def save_checkpoint(self, state, cfg: Config) -> None:
-        """``state`` (a :class:`RunState`) as ``checkpoint.npz``: its leaves in tree order, its round and
-        the identity of ``cfg``, the config that produced it. The previous checkpoint becomes
-        ``checkpoint.prev.npz``. :class:`WriteError` (the temporary file removed, the two generations
-        as they were) when the folder cannot be written."""
+        """``state`` (a :class:`RunState`) as ``checkpoint.npz``: its leaves in tree order (each in its own
+        dtype), its round and the identity of ``cfg``, the config that produced it. :class:`WriteError`
+        (the temporary file removed, the checkpoints on disk as they were) when the folder cannot be
+        written.
+
+        ``keep_previous``: the previous checkpoint becomes ``checkpoint.prev.npz``. Without it (a
+        sweep), the new file is read back whole (every member's CRC) before it replaces the previous
+        one, and a ``checkpoint.prev.npz`` left from earlier is removed after: a run always has one
+        usable checkpoint, and a sweep whose checkpoint thread writes one file at a time holds one
+        checkpoint per run plus the one being written (a sweep killed between its runs' writes resumes
+        each run from its own checkpoint: sweep._start_rounds)."""
         leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(state))]
         ident = cfg.identity()
         tmp = self.path / tmp_name(CHECKPOINT)
+        save = np.savez_compressed if self.compress else np.savez
         try:
             with open(tmp, "wb") as f:
-                np.savez(f, *leaves, round=np.asarray(jax.device_get(state.round)),
-                         identity=np.asarray(json.dumps(ident, sort_keys=True)),
-                         digest=np.asarray(identity_digest(ident)))
+                save(f, *leaves, round=np.asarray(jax.device_get(state.round)),
+                     identity=np.asarray(json.dumps(ident, sort_keys=True)),
+                     digest=np.asarray(identity_digest(ident)))
                 f.flush()
                 os.fsync(f.fileno())
-            if (self.path / CHECKPOINT).exists():
-                os.replace(self.path / CHECKPOINT, self.path / PREV_CHECKPOINT)
+            if self.keep_previous:
+                if (self.path / CHECKPOINT).exists():
+                    os.replace(self.path / CHECKPOINT, self.path / PREV_CHECKPOINT)
+                os.replace(tmp, self.path / CHECKPOINT)
+                return
+            bad = _read_meta(tmp)
+            if isinstance(bad, str):  # written but not readable back: keep the checkpoint there is
+                raise OSError(f"the new checkpoint does not read back ({bad})")
             os.replace(tmp, self.path / CHECKPOINT)
+            (self.path / PREV_CHECKPOINT).unlink(missing_ok=True)
         except OSError as e:
             discard(tmp)
             raise WriteError(self.path / CHECKPOINT, e) from None

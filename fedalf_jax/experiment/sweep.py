@@ -8,10 +8,17 @@ hyper-parameters. Each discrete combination (algorithm, partition, model, privac
 its own program.
 
 Every run writes the run directory ``fedalf run`` would write, under ``out/<name>``; ``out/sweep.json``
-lists them. A run of a sweep gives the metrics of the single ``fedalf run`` with the same config bit
-for bit (tests/test_sweep.py): each run's clients, server QPs and evaluations are computed with the
-shapes of a single run (:func:`fedalf_jax.sim.batching.per_run`), only exact batched matmuls are
-shared. ``resume=True`` finishes the runs that have no ``summary.json``, each from its last checkpoint.
+lists them. With ``--run-map map`` (the CPU's default) a run of a sweep gives the metrics of the single
+``fedalf run`` with the same config bit for bit (tests/test_sweep.py): the runs are computed one after
+another inside the program. With ``vmap`` (the GPU's default) they are batched, the server's QPs of all
+runs included, and equal their single runs up to float32 summation order (the tolerance in
+tests/test_sweep.py). ``resume=True`` finishes the runs that have no ``summary.json``, each from its last checkpoint.
+
+Memory and disk: without ``--sweep-chunk``, a new sweep sizes its program calls before it starts
+(:func:`choose_chunk`: the widest call whose compiled program's planned memory, from XLA's
+``memory_analysis``, fits the device's memory) and records the choice in ``sweep.json``. A sweep's runs
+keep one checkpoint each (``RunDir(keep_previous=False)``): the disk holds one generation of the
+runs' checkpoints plus the one being written.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import contextlib
 import itertools
 import json
 import math
+import os
 import re
 import time
 from pathlib import Path
@@ -32,7 +40,7 @@ import numpy as np
 from ..sim.round import ClientData, init_state
 from .build import check_devices, client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
 from .config import CONTINUOUS, Config, ConfigError
-from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, train
+from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, say, train
 from .progress import Progress
 from .rundir import RunDir, read_sweep, write_sweep
 
@@ -97,10 +105,18 @@ def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None, *,
     """Write ``out/sweep.json`` for ``configs`` (refusing a folder that already holds a sweep, unless
     ``same`` and it is this very sweep: the slices of a sharded sweep all plan it)."""
     root = Path(out)
+    if not _planned(configs, root, same=same):
+        runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
+        write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
+
+
+def _planned(configs: list[Config], root: Path, *, same: bool) -> bool:
+    """Whether ``root`` already holds this very sweep (``same``: the slices of a sharded sweep); raises one
+    line when it holds another sweep or a run."""
     runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
     if (root / "sweep.json").exists():
         if same and read_sweep(root)["runs"] == runs:
-            return  # another slice of the same sweep planned it
+            return True  # another slice of the same sweep planned it
         raise ConfigError(f"{root} already holds a sweep; finish it with fedalf sweep --resume --out {root}, "
                           f"or choose another --out")
     if RunDir(root).holds_run():
@@ -109,21 +125,36 @@ def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None, *,
     if taken:
         raise ConfigError(f"{root / taken[0]} already holds a run that is not part of a sweep.json; "
                           f"choose another --out")
-    write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
+    return False
 
 
 def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,
-          meta: Optional[dict] = None, shard: Optional[tuple[int, int]] = None) -> list[dict]:
+          meta: Optional[dict] = None, shard: Optional[tuple[int, int]] = None, memory_limit: Optional[int] = None,
+          compress_checkpoints: Optional[bool] = None) -> list[dict]:
     """Plan and run a sweep of ``configs`` under ``out`` (only slice ``shard`` of its program calls, if
-    given); returns one result dict per run."""
+    given); returns one result dict per run.
+
+    ``chunk``: the most runs per program call. ``None``: chosen by :func:`choose_chunk` (within
+    ``memory_limit`` bytes, default :func:`memory_limit`) when the sweep is planned, and recorded in
+    ``sweep.json`` with the plan, so that a resume and every slice of a sharded sweep make the same calls.
+    ``compress_checkpoints``: the runs' checkpoints written with ``np.savez_compressed`` (default: the
+    environment's ``FEDALF_COMPRESS_CHECKPOINTS``; recorded too).
+    """
     if not configs:
         raise ConfigError("the sweep has no runs")
     _check_chunk(chunk)
     root = Path(out)
     RunDir(root).create()
     with _held(root, shard):
-        plan(configs, root, {**(meta or {}), "chunk": chunk}, same=shard is not None)
-        return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=None)
+        programs: dict = {}
+        chosen = chunk
+        if chunk is None and not _planned(configs, root, same=shard is not None):
+            chosen = choose_chunk(configs, limit=memory_limit, progress=progress, programs=programs)
+        compress = RunDir(root).compress if compress_checkpoints is None else bool(compress_checkpoints)  # or the env's
+        plan(configs, root, {**(meta or {}), "chunk": chosen, "compress_checkpoints": compress}, same=shard is not None)
+        # chunk None: the one sweep.json records (this process's choice, or that of the slice that planned it)
+        return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=None, programs=programs,
+                       compress=compress_checkpoints)
 
 
 def _check_chunk(chunk) -> None:
@@ -140,7 +171,8 @@ def _held(root: Path, shard):
 
 
 def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,
-           shard: Optional[tuple[int, int]] = None, rounds: Optional[int] = None) -> list[dict]:
+           shard: Optional[tuple[int, int]] = None, rounds: Optional[int] = None,
+           compress_checkpoints: Optional[bool] = None) -> list[dict]:
     """Run every run of the sweep in ``out`` that has not ended (from its checkpoint, if any).
 
     ``rounds``: extend every run to this many rounds (not fewer than it has): the finished runs go on
@@ -149,6 +181,7 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
 
     ``chunk`` defaults to the sweep's own; each program call keeps the width it had (a combination's
     run count, or ``chunk``), so a resumed run computes exactly what it would have computed.
+    ``compress_checkpoints`` defaults to the sweep's own choice.
     ``shard=(i, k)``: only the program calls ``c`` with ``c % k == i`` (calls are numbered over the
     whole sweep, combination by combination): ``k`` processes or jobs run disjoint slices of one sweep
     into the same folder, each call exactly as the unsliced sweep would run it.
@@ -159,10 +192,11 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
         read_sweep(root)  # the one-line "not a sweep directory"
     RunDir(root).create()  # removes a temporary file a killed write left
     with _held(root, shard):
-        return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=rounds)
+        return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=rounds,
+                       compress=compress_checkpoints)
 
 
-def _resume(root: Path, *, chunk, progress, shard, rounds) -> list[dict]:
+def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compress=None) -> list[dict]:
     info = read_sweep(root)
     if any("config" not in e for e in info["runs"]):
         raise ConfigError(f"{root / 'sweep.json'} lists runs without their config; restore the file")
@@ -170,14 +204,16 @@ def _resume(root: Path, *, chunk, progress, shard, rounds) -> list[dict]:
     if rounds is not None:
         entries = _extend(root, info, rounds)
     chunk = chunk if chunk is not None else info.get("chunk")
+    compress = compress if compress is not None else info.get("compress_checkpoints")  # None: RunDir's default
     members: dict[str, list] = {}
     for e in entries:
-        rd = RunDir(root / e["dir"])
+        # one checkpoint per run: one generation of the sweep's checkpoints on disk (RunDir.save_checkpoint)
+        rd = RunDir(root / e["dir"], keep_previous=False, compress=compress)
         cfg = Config.from_dict({**e["config"], "out": str(rd.path)})
         members.setdefault(static_key(cfg), []).append((cfg, rd))
     calls = 0
     plans, total = [], 0
-    for runs in members.values():
+    for key, runs in members.items():
         devices = runs[0][0].devices
         width = min(chunk or len(runs), len(runs))
         width = -(-width // devices) * devices  # the run axis is sharded over the devices
@@ -189,7 +225,7 @@ def _resume(root: Path, *, chunk, progress, shard, rounds) -> list[dict]:
             calls += 1
         todo = [(cfg, rd) for cfg, rd in mine if not _ended(cfg, rd)]
         if todo:
-            plans.append(_Group(todo, width=width))
+            plans.append(_Group(todo, width=width, ready=(programs or {}).get((key, width))))
     state = {"done": total - sum(len(g.members) for g in plans), "best": -math.inf, "total": total}
     _best_of_finished(entries, root, state)
     bar = Progress(sum(g.remaining for g in plans), enabled=progress, desc="fedalf sweep")
@@ -269,18 +305,255 @@ def results(out: str | Path) -> list[dict]:
     return res
 
 
+# ---- sizing the program calls to the device's memory ------------------------------------------------
+
+MEMORY_ENV = "FEDALF_MEMORY_LIMIT"  # bytes a program call may plan ("40GB", "512MiB", "2e9"): overrides the device's
+GPU_SHARE = 0.9   # of the accelerator's free memory pool (XLA's allocator, fragmentation)
+HOST_SHARE = 0.8  # of the host's available memory (the CPU backend: data, the host copies, Python)
+_UNITS = {"": 1, "b": 1, "k": 10 ** 3, "kb": 10 ** 3, "m": 10 ** 6, "mb": 10 ** 6, "g": 10 ** 9, "gb": 10 ** 9,
+          "t": 10 ** 12, "tb": 10 ** 12, "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def parse_bytes(text: str, what: str = MEMORY_ENV) -> int:
+    """``"40GB"``, ``"512MiB"``, ``"2e9"`` → bytes."""
+    m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
+    try:
+        value = float(m.group(1)) * _UNITS[m.group(2)]
+    except (AttributeError, KeyError, ValueError):
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"{what} must be a memory size such as 40GB, 512MiB or 2e9 bytes, got {text!r}")
+    return int(value)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def _mem_available() -> Optional[int]:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def memory_limit(given: Optional[int] = None, environ=None) -> tuple[Optional[int], str]:
+    """``(bytes, where from)``: the memory one program call of a sweep may plan. ``given`` (bytes), else
+    ``FEDALF_MEMORY_LIMIT``, else the first device's free memory pool (``memory_stats()['bytes_limit']``
+    less what is in use) × ``GPU_SHARE``, else (the CPU backend) ``MemAvailable`` × ``HOST_SHARE``;
+    ``(None, why)`` when none is known."""
+    env = os.environ if environ is None else environ
+    if given is not None:
+        return int(given), "the given limit"
+    if env.get(MEMORY_ENV):
+        return parse_bytes(env[MEMORY_ENV]), MEMORY_ENV
+    dev = jax.devices()[0]
+    try:
+        stats = dev.memory_stats()
+    except Exception:  # noqa: BLE001 - a backend without memory statistics
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+        return int(GPU_SHARE * free), f"{dev.platform} memory pool {_gb(stats['bytes_limit'])} × {GPU_SHARE}"
+    if dev.platform == "cpu":
+        avail = _mem_available()
+        if avail:
+            return int(HOST_SHARE * avail), f"available host memory {_gb(avail)} × {HOST_SHARE}"
+    return None, f"no memory limit known for {dev.platform}"
+
+
+class _LateBar:
+    """The progress of a program compiled before the sweep's bar exists (when the sweep is sized): its
+    compile state goes to ``bar`` once set."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar: Optional[Progress] = None
+
+    def compiling(self, on: bool) -> None:
+        if self.bar is not None:
+            self.bar.compiling(on)
+
+
+def _sds(shape, dtype):
+    return jax.ShapeDtypeStruct(tuple(shape), jax.dtypes.canonicalize_dtype(dtype))
+
+
+def _avals(tree):
+    """Structure, shapes and dtypes of ``tree`` (arrays or shapes): equal for inputs a compiled program takes."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in leaves)
+
+
+def _nbytes(tree) -> int:
+    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree))
+
+
+class NoEstimate(Exception):
+    """XLA gives no memory analysis for this backend's programs."""
+
+
+def program_bytes(compiled, inputs_bytes: int = 0) -> int:
+    """The device memory a compiled program plans (XLA's ``memory_analysis``): its arguments, its
+    outputs that do not reuse a donated argument, and its temporaries. ``inputs_bytes``: the arguments
+    to count instead of the program's own (the train-loss program reads part of the inputs that stay
+    alive while it runs)."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception as e:  # noqa: BLE001 - not implemented on this backend
+        raise NoEstimate(str(e)) from None
+    if m is None:
+        raise NoEstimate("no memory analysis")
+    args = max(int(m.argument_size_in_bytes), inputs_bytes)
+    return args + int(m.output_size_in_bytes) - int(m.alias_size_in_bytes) + int(m.temp_size_in_bytes)
+
+
+class _Sizer:
+    """The planned memory of a program call of ``width`` runs of ``group`` (compiled with abstract inputs:
+    nothing is allocated): the larger of the chunk program's (``min(eval_every, rounds)`` rounds and
+    the evaluation) and the train-loss program's with the call's inputs alive; on the CPU backend
+    plus the host copy of the state a checkpoint takes while the next call runs. The programs are kept
+    in ``programs[(key, width)]`` for the sweep to run (see :meth:`_Group.run`)."""
+
+    def __init__(self, group: "_Group", key: str, progress: bool, programs: Optional[dict]):
+        self.group, self.key, self.progress, self.programs = group, key, progress, programs
+        cfg = group.members[0][0]
+        self.length = min(cfg.eval_every, cfg.rounds)
+        self.cpu = jax.default_backend() == "cpu"
+
+    def args_bytes(self, width: int) -> int:
+        return _nbytes(self.group.abstract_inputs(width))
+
+    def __call__(self, width: int) -> int:
+        g = self.group
+        args = g.abstract_inputs(width)
+        late = _LateBar(self.progress)
+        program = Program(g.spec, batched=True, data_axes=g.axes, progress=late, devices=g.devices, run_map=g.run_map)
+        chunk = program_bytes(program.compiled(self.length, *args))
+        loss = program_bytes(program.compiled_train_loss(*args), inputs_bytes=_nbytes(args))
+        if self.programs is not None:
+            self.programs[(self.key, width)] = (program, late, _avals(args))
+        return max(chunk, loss) + (_nbytes(args[0]) if self.cpu else 0)
+
+
+def fit_width(estimate, runs: int, devices: int, limit: int, args_bytes=None, tries: int = 4) -> tuple[int, dict]:
+    """The widest program call (a multiple of ``devices``, at most ``runs`` rounded up to one) whose
+    ``estimate(width)`` (bytes; each call compiles a program) is within ``limit``, and the estimates made.
+
+    Calls wider than ``args_bytes`` allows cannot fit (their arguments alone exceed the limit) and are
+    not compiled. The widest candidate is compiled first (the sweep runs that program if it fits: no
+    compile is wasted); else the width is interpolated between it and a narrow call (two runs per
+    device: one per device may compile to another program) and checked, at most ``tries`` times. When
+    not even one run per device fits, that is the answer (the sweep says so)."""
+    seen: dict[int, int] = {}
+
+    def est(w: int) -> int:
+        if w not in seen:
+            seen[w] = estimate(w)
+        return seen[w]
+
+    hi = -(-runs // devices) * devices
+    if args_bytes is not None:
+        while hi > devices and args_bytes(hi) > limit:
+            hi -= devices
+    if est(hi) <= limit:
+        return hi, seen
+    lo = 2 * devices if hi > 2 * devices else devices
+    if est(lo) > limit:
+        if lo != devices:
+            est(devices)
+        return devices, seen
+    for _ in range(tries):  # lo fits, hi does not
+        if hi - lo <= devices:
+            break
+        slope = (est(hi) - est(lo)) / (hi - lo)
+        w = lo + int((limit - est(lo)) / slope) // devices * devices if slope > 0 else hi - devices
+        w = max(lo + devices, min(hi - devices, w))
+        if est(w) <= limit:
+            lo = w
+            break
+        hi = w
+    return lo, seen
+
+
+def choose_chunk(configs: list[Config], *, limit: Optional[int] = None, progress: bool = False,
+                 programs: Optional[dict] = None, announce=say) -> Optional[int]:
+    """The most runs per program call for a sweep of ``configs``: for each discrete combination, the widest
+    call whose planned memory (:class:`_Sizer`, :func:`fit_width`) fits :func:`memory_limit`; the
+    smallest of these over the combinations, or ``None`` when every combination fits whole. Says in one
+    line (``announce``) what it chose and why. ``programs`` receives the compiled programs (the sweep
+    runs those of the widths it uses)."""
+    lim, source = memory_limit(limit)
+    groups: dict[str, list[Config]] = {}
+    for c in configs:
+        groups.setdefault(static_key(c), []).append(c)
+    if lim is None:
+        announce(f"sweep chunk: all runs of a combination in one program call ({source}; --sweep-chunk N bounds it)")
+        return None
+    chosen: Optional[int] = None
+    worst = None  # (width, runs, bytes at width, bytes of the whole combination, label)
+    fits_all = []  # (bytes, runs) of the combinations that fit whole
+    for key, cfgs in groups.items():
+        group = _Group([(c, None) for c in cfgs])
+        sizer = _Sizer(group, key, progress, programs)
+        try:
+            width, seen = fit_width(sizer, len(cfgs), group.devices, lim, args_bytes=sizer.args_bytes)
+        except NoEstimate as e:
+            announce(f"sweep chunk: all runs of a combination in one program call (XLA gives no memory estimate "
+                     f"on {jax.default_backend()}: {e}; --sweep-chunk N bounds it)")
+            return None
+        full = -(-len(cfgs) // group.devices) * group.devices
+        if width >= full:
+            fits_all.append((seen[width], len(cfgs)))
+            continue
+        if chosen is None or width < chosen:
+            chosen = width
+            worst = (width, len(cfgs), seen[width], _extrapolate(seen, full), f"{cfgs[0].algorithm}/{cfgs[0].model}")
+    several = len(groups) > 1
+    if chosen is None:
+        b, n = max(fits_all)
+        what = (f"all {n} runs in one program call, ~{_gb(b)}" if not several else
+                f"all runs of each of the {len(groups)} combinations in one program call, ~{_gb(b)} for the largest")
+        announce(f"sweep chunk {max(n for _, n in fits_all)}: {what}; memory limit {_gb(lim)} ({source})")
+    else:
+        width, n, b, whole, label = worst
+        over = " (more than the limit: it may not run)" if b > lim else ""
+        announce(f"sweep chunk {width} of {n} runs: ~{_gb(b)} per {width}-run program call{over}, ~{_gb(whole)} for "
+                 f"all {n}{' of ' + label if several else ''}; memory limit {_gb(lim)} ({source}); "
+                 f"--sweep-chunk N overrides")
+    if programs is not None:  # keep only the programs of the widths the sweep will run
+        used = {(k, -(-min(chosen or len(cs), len(cs)) // cs[0].devices) * cs[0].devices) for k, cs in groups.items()}
+        for k in [k for k in programs if k not in used]:
+            del programs[k]
+    return chosen
+
+
+def _extrapolate(seen: dict, width: int) -> float:
+    """The estimate at ``width`` (measured, or on the line through the two widest measured)."""
+    if width in seen:
+        return seen[width]
+    (w0, b0), (w1, b1) = sorted(seen.items())[-2:] if len(seen) > 1 else (sorted(seen.items())[0],) * 2
+    return b1 if w1 == w0 else b1 + (b1 - b0) / (w1 - w0) * (width - w1)
+
+
 def _start_rounds(rundirs) -> list[int]:
     """Where each pending run of a group resumes. A sweep runs one program call at a time, so the runs
     with checkpoints and no summary are those of the call a kill interrupted; its checkpoints may have
-    been half written (some runs at round g, others still at g−1). They all resume from the earliest
-    of their last checkpoints (each run keeps its previous one), so they run together as before."""
+    been half written (some runs at round g, others still at an earlier round g'). A run resumes from
+    g' when it has a checkpoint of g' (run directories written before sweeps kept one checkpoint per
+    run also kept the one before), so the runs run together as before; else from its own last
+    checkpoint: the runs of each start round make program calls of their own, of the same width (a
+    run computes the same whatever the other runs of its call)."""
     avail = [rd.checkpoint_rounds() if rd is not None else {} for rd in rundirs]
     started = [max(a) for a in avail if a]
     if not started:
         return [0] * len(rundirs)
     common = min(started)
-    return [common if common in a else (max(r for r in a if r < common) if any(r < common for r in a) else 0)
-            if a else 0 for a in avail]
+    return [(common if common in a else max(a)) if a else 0 for a in avail]
 
 
 class _Group:
@@ -289,8 +562,9 @@ class _Group:
     ``members``: ``(config, RunDir or None)`` pairs that share :func:`static_key`.
     """
 
-    def __init__(self, members: list, width: Optional[int] = None):
+    def __init__(self, members: list, width: Optional[int] = None, ready=None):
         self.members = members
+        self.ready = ready  # (Program, _LateBar, avals) compiled when the sweep was sized, or None
         self.width = width or len(members)
         cfg0 = members[0][0]
         warn_privacy(cfg0)
@@ -305,15 +579,28 @@ class _Group:
         self.test_len = max(r.test_idx.shape[1] for r in self.rows)
         self.axes = ClientData(None if self.shared_pool else 0, None if self.shared_pool else 0, 0, 0, 0, 0)
         self.starts = _start_rounds([rd for _, rd in members])
+        for _, rd in members:  # a run whose checkpoints are all damaged never silently starts again
+            if rd is not None and rd.checkpoint_files() and not rd.checkpoint_rounds():
+                why = "; ".join(f"{n}: {m}" for n, m in rd.damaged_checkpoints().items())
+                raise ConfigError(f"no usable checkpoint in {rd.path} ({why}); remove "
+                                  f"{', '.join(p.name for p in rd.checkpoint_files())} there to run it again "
+                                  f"from round 0")
         self.remaining = sum(c.rounds - s for (c, _), s in zip(members, self.starts))
+        self._one = None  # one run's abstract (state, hp), for abstract_inputs
 
     def run(self, bar: Progress, state: dict) -> None:
         by_start: dict[int, list[int]] = {}
         for i, s in enumerate(self.starts):
             by_start.setdefault(s, []).append(i)
         width = self.width
-        program = Program(self.spec, batched=True, data_axes=self.axes, progress=bar, devices=self.devices,
-                          run_map=self.run_map)
+        program = None
+        if self.ready is not None and self.ready[2] == _avals(self.abstract_inputs(width)):
+            program, late, _ = self.ready  # compiled when the sweep was sized: its progress ticks go to bar
+            late.bar, program.progress = bar, bar
+        self.ready = None
+        if program is None:
+            program = Program(self.spec, batched=True, data_axes=self.axes, progress=bar, devices=self.devices,
+                              run_map=self.run_map)
 
         def on_row(slot, row):
             if row["round"] == slot.cfg.rounds and math.isfinite(row["mean_acc"]):
@@ -334,6 +621,7 @@ class _Group:
                     inputs = self.inputs(slots_idx)  # checkpoints checked before anything is written
                     slots = [self._slot(i) for i in part] + [None] * (width - len(part))
                     train(program, slots, *inputs, start=start, progress=bar, on_row=on_row)
+                    inputs = None  # this call's data freed before the next call's is made
                 for s in slots:
                     if s is not None and s.status == "diverged":
                         state["done"] += 1
@@ -342,6 +630,20 @@ class _Group:
         """The stacked ``(state, hp, data)`` of the runs ``idx`` (a program call's slots)."""
         return (self._stack([self._state(i) for i in idx]), self._stack([hparams(self.members[i][0]) for i in idx]),
                 self._data(idx))
+
+    def abstract_inputs(self, width: int):
+        """The shapes and dtypes of :meth:`inputs` for a call of ``width`` runs (nothing computed)."""
+        cfg = self.members[0][0]
+        if self._one is None:
+            self._one = (jax.eval_shape(lambda: init_state(self.spec, cfg.seed)), jax.eval_shape(lambda: hparams(cfg)))
+        state, hp = (jax.tree_util.tree_map(lambda a: _sds((width, *a.shape), a.dtype), t) for t in self._one)
+        pool, rows = self.pools[0], self.rows[0]
+        lead = () if self.shared_pool else (width,)
+        n = rows.train_n.shape[0]
+        data = ClientData(_sds((*lead, *pool.x.shape), pool.x.dtype), _sds((*lead, *pool.y.shape), pool.y.dtype),
+                          _sds((width, n, self.train_len), rows.train_idx.dtype), _sds((width, n), rows.train_n.dtype),
+                          _sds((width, n, self.test_len), rows.test_idx.dtype), _sds((width, n), rows.test_n.dtype))
+        return state, hp, data
 
     def single_inputs(self, i: int):
         """``(state, hp, data)`` of run ``i`` alone, as ``fedalf run`` would build them (rows padded to the
