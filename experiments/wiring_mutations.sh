@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The four glue bugs of issue #9 (tests/test_wiring.py), the slips of issue #13 item 10
 # (tests/test_glue.py, tests/test_sweep.py) and the run-directory trust holes of items 1-8
-# (tests/test_trust.py), each applied in turn to a copy of HEAD (never to the
+# (tests/test_trust.py) and issue #14's server depth (labels "gpu"), each applied in turn to a copy of HEAD (never to the
 # checkout), with the tests that pin it run against it: every slip must make at least one test fail.
 #   bash experiments/wiring_mutations.sh                  # all (about 15 minutes on 2 cores)
 #   ONLY=glue bash experiments/wiring_mutations.sh        # the slips whose label contains "glue"
@@ -115,4 +115,20 @@ mutate fedalf_jax/experiment/loop.py "        if not self.requested:
             self.requested = True" "trust: a second Ctrl-C is ignored" "$T -k second_ctrl_c"
 mutate fedalf_jax/experiment/loop.py 'say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")' 'pass' \
   "trust: --resume of a new folder says nothing" "$T -k never_ran"
+
+# issue #14 (labels start with "gpu"): the server's depth, its count, and what runs batched
+Q=tests/test_qp.py; F=tests/test_fairness.py; B=tests/test_bench.py
+mutate fedalf_jax/sim/qp.py 'return "active" if n <= AUTO_ACTIVE_MAX else "pgd"' 'return "osqp" if n <= AUTO_ACTIVE_MAX else "pgd"' \
+  "gpu: auto takes the long-chain osqp solver again" "$Q -k active_is $B -k both_timings"
+mutate fedalf_jax/sim/fairness.py "trips = trips + 1 + jnp.max(jnp.where(nonempty, iters, 0))" \
+  "trips = 1 + jnp.max(jnp.where(nonempty, iters, 0))" "gpu: qp_iters counts only the last merge step" "$F -k sequential_trips"
+mutate fedalf_jax/sim/fairness.py "trips = trips + 1 + jnp.max(jnp.where(nonempty, iters, 0))" \
+  "trips = trips + jnp.max(jnp.where(nonempty, iters, 0))" "gpu: qp_iters leaves out the merge loop's own trips" "$F -k sequential_trips"
+mutate fedalf_jax/experiment/bench.py 'per_round = trips.max(0) if side_by_side else trips.sum(0)' 'per_round = trips.max(0)' \
+  "gpu: runs one after another counted as side by side" "$B -k both_timings"
+mutate fedalf_jax/sim/qp.py "    lam, it = jax.vmap(lambda q, k, x: _solve_active(q, k, x, maxiter, tol))(Qs, ms, uni)" \
+  "    lam, it = jax.vmap(lambda q, k, x: _solve_active(q, k, x, maxiter, tol))(Qs, ms, uni); it = jnp.broadcast_to(jnp.max(it), it.shape)" \
+  "gpu: a batch's problems share one step count" "$Q -k active_is"
+mutate fedalf_jax/experiment/config.py '        return d.get(k, defaults.get(k, "<missing>"))' '        return d.get(k, "<missing>")' \
+  "gpu: a run from before a new option cannot resume" "$T -k new_option"
 exit $status

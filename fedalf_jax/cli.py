@@ -24,7 +24,7 @@ _CHOICES = {
     "algorithm": C.ALGORITHMS, "dataset": C.DATASETS, "partition": C.PARTITIONS, "assign": C.ASSIGNS,
     "model": C.MODELS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
     "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "qp_method": C.QP_METHODS, "log": C.LOGS,
-    "neighbouring": C.NEIGHBOURING, "state_dtype": C.STATE_DTYPES,
+    "neighbouring": C.NEIGHBOURING, "state_dtype": C.STATE_DTYPES, "matmul_precision": C.MATMUL_PRECISIONS,
     "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "run_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
 }
 _HELP = {
@@ -43,6 +43,10 @@ _HELP = {
     "checkpoint_every": "checkpoint every N rounds (e.g. 50) or every N seconds/minutes (300s, 5m); always at the end",
     "neighbouring": "Gaussian DP neighbouring relation: add_remove (sensitivity clip) or replace (2·clip)",
     "state_dtype": "storage of the per-client rows (ADMM duals, FedLF history): bfloat16 halves their memory",
+    "matmul_precision": "precision of the model's float32 matmuls and convolutions (clients' training and "
+                        "evaluation): default (the default: XLA's choice, TF32 on recent NVIDIA GPUs), high, "
+                        "highest (true float32: use it to compare GPU runs with CPU runs); a CPU computes all "
+                        "three in float32",
     "devices": "run: shard the sampled clients over N devices; sweep: shard the runs (docs/scaling.md)",
     "log": "metric writers: csv (metrics.csv, always written), tensorboard (also TensorBoard scalars)",
     "conv_impl": "convolution implementation: auto (per backend), lax, im2col, ...",
@@ -65,8 +69,8 @@ _HELP = {
     "client_grad": "FedLF's client: full (full-batch gradient, FedLF's rule) or local (E epochs of SGD, like the others)",
     "layers": "the fair direction's blocks: module (one per flax module) or tensor (one per parameter tensor)",
     "merge_tol": "fair direction: a block whose hull is this close to 0 (relative) merges into the next one",
-    "qp_method": "the per-layer dual QP solver: osqp (jaxopt BoxOSQP + exact polish), pgd (projected gradient), "
-                 "auto (osqp up to 256 rows)",
+    "qp_method": "the per-layer dual QP solver: active (Wolfe's active-set method, exact), osqp (jaxopt "
+                 "BoxOSQP + active-set polish), pgd (projected gradient), auto (active up to 256 rows, pgd above)",
     "dual_from": "ADMM dual update from the local model (local, the paper's; with the increment or augmented "
                  "upload it voids the privacy guarantee) or from the perturbed one (perturbed: keeps it)",
     "ldp": "local differential privacy on each upload: adaptive (the paper's LDP-FedALF), ldp_fl, none",
@@ -143,7 +147,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
             saved = rd.config_dict()
             want = Config.from_dict({**saved, **base, **given}).to_dict()
-            changed = sorted(k for k in want if k not in C.BOOKKEEPING and want[k] != saved.get(k))
+            old = Config.from_dict(saved).to_dict()  # an option newer than the run: its default
+            changed = sorted(k for k in want if k not in C.BOOKKEEPING and want[k] != old[k])
             if changed:
                 raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds, "
                                   f"the cadences and --log may change, not {', '.join(changed)}")
@@ -160,6 +165,13 @@ def default_out(cfg: Config) -> str:
         k += 1
         out = stem.with_name(f"{stem.name}-{k}")
     return str(out)
+
+
+_COMPILE_CACHE = ("keep no compiled program on disk for this command (neither read nor write the persistent "
+                  "compilation cache). By default the cache is on, in $FEDALF_COMPILE_CACHE or "
+                  "$XDG_CACHE_HOME/fedalf_jax/jax (~/.cache/fedalf_jax/jax): the first run of a configuration "
+                  "compiles its programs, later ones load them in seconds; FEDALF_COMPILE_CACHE=DIR moves it, "
+                  "FEDALF_COMPILE_CACHE=off turns it off for good")
 
 
 def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
@@ -198,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace the run in --out (its files are removed first); without it a folder that "
                         "holds a run is refused")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--no-compile-cache", action="store_true", help=_COMPILE_CACHE)
     _add_distributed_flags(r)
     _add_config_flags(r)
     s = sub.add_parser("sweep", help="many runs: seeds and continuous values vmapped in one program per "
@@ -207,7 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run seeds (default: the config's seed)")
     s.add_argument("--out", required=True, help="sweep directory: sweep.json and one run directory per run")
     s.add_argument("--sweep-chunk", type=int, default=None,
-                   help="most runs in one program call (bounds memory; default: all runs of a combination)")
+                   help="most runs in one program call (bounds memory; default: the most whose compiled program "
+                        "fits the device's memory, or FEDALF_MEMORY_LIMIT, chosen when the sweep starts and kept "
+                        "in sweep.json)")
+    s.add_argument("--compress-checkpoints", action="store_true", default=None,
+                   help="write the runs' checkpoints compressed (np.savez_compressed: smaller, slower to write; "
+                        "kept in sweep.json)")
     s.add_argument("--resume", action="store_true",
                    help="finish the unfinished runs of the sweep in --out (with the sweep's options: start it "
                         "if it has not written sweep.json yet; with only --rounds N: extend every run to N rounds)")
@@ -215,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run slice I of K of the sweep's program calls (K alone: I from SLURM_ARRAY_TASK_ID); "
                         "the slices share --out")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--no-compile-cache", action="store_true", help=_COMPILE_CACHE)
     _add_config_flags(s, multi=True)
     rep = sub.add_parser("report", help="paper-style table (Markdown, CSV) and figures from run or sweep directories")
     rep.add_argument("paths", nargs="+", help="run directories, sweep directories, or folders holding them")
@@ -222,12 +241,36 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--last", type=int, default=5, help="evaluations averaged in the 'last evaluations' column")
     b = sub.add_parser("bench", help="round throughput: compiled vmapped round vs a sequential client loop")
     b.add_argument("--config", default=None, help=_HELP["config"])
-    b.add_argument("--repeats", type=int, default=5, help="timed rounds per variant (median reported)")
+    b.add_argument("--repeats", type=int, default=None,
+                   help="timed rounds per variant (median reported; default 5, a --suite sets its own)")
     b.add_argument("--json", default=None, help="write the figures to this JSON file")
     b.add_argument("--no-sequential", action="store_true", help="time only the compiled round")
     b.add_argument("--sweep-width", type=int, nargs="+", default=None, metavar="W",
                    help="time a vmapped sweep of W runs against W separate runs, for each W")
+    b.add_argument("--depth-width", type=int, nargs="+", default=[1, 8], metavar="W",
+                   help="FedLF/FedALF: also count the server's sequential loop trips per round (the QP solvers' "
+                        "own iteration counters) in a sweep of W runs, for each W (default: 1 8; 0: skip)")
+    b.add_argument("--depth-rounds", type=int, default=12, metavar="R",
+                   help="rounds counted by --depth-width (default 12: FedALF's history rows fill within the "
+                        "first N/m rounds, and the QPs grow with them)")
+    b.add_argument("--suite", default=None, choices=("gpu", "smoke"),
+                   help="a fixed list of measurements, each written to --out as <name>.json (and its line of "
+                        "the printed table) as soon as it is measured: gpu: round time of the CNN and the MLP "
+                        "with FedAvg and FedALF, then sweep width W = 1, 8, 32, 64 (CNN FedALF, 5 rounds per "
+                        "call), stopping at the first W that runs out of memory; smoke: the same code in "
+                        "seconds on synthetic data. Config flags given replace the suite's options (a given "
+                        "--model or --algorithm keeps only its measurements); --sweep-width replaces its widths")
+    b.add_argument("--part", nargs="+", default=None, choices=("round", "sweep"),
+                   help="with --suite: only these parts of it (default: both)")
+    b.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="with --suite: a measurement predicted (from those done) to end later than SECONDS "
+                        "after the start is skipped and recorded as skipped")
+    b.add_argument("--no-compile-cache", action="store_true",
+                   help=_COMPILE_CACHE + " (with the cache, compile_s times loading the programs when they are in it)")
     _add_config_flags(b)
+    for action in b._actions:  # bench's --out is the --suite's folder, not a run directory
+        if action.dest == "out":
+            action.help = "with --suite: the folder for its JSON files and table.txt"
     return p
 
 
@@ -268,14 +311,15 @@ def _cmd_sweep(args) -> int:
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
                                   f"resume it with only --out (and --rounds N to extend it, --sweep-chunk, "
                                   f"--no-progress)")
-        res = S.resume(args.out, chunk=args.sweep_chunk, progress=not args.no_progress, shard=shard, rounds=rounds)
+        res = S.resume(args.out, chunk=args.sweep_chunk, progress=not args.no_progress, shard=shard, rounds=rounds,
+                       compress_checkpoints=args.compress_checkpoints)
     elif args.resume and not (given or args.seeds or args.config):
         raise ConfigError(f"--resume: {Path(args.out) / 'sweep.json'} not found; give the sweep's options to start it")
     else:  # a new sweep (also --resume of a sweep killed before it wrote sweep.json)
         configs = _sweep_configs(args, given)
         meta = {"argv": sys.argv[1:], "continuous": [k for k in given if k in CONTINUOUS and len(given[k]) > 1]}
         res = S.sweep(configs, args.out, chunk=args.sweep_chunk, progress=not args.no_progress, meta=meta,
-                      shard=shard)
+                      shard=shard, compress_checkpoints=args.compress_checkpoints)
     counts: dict[str, int] = {}
     for r in res:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -305,19 +349,52 @@ def _cmd_report(args) -> int:
 
 def _cmd_bench(args) -> int:
     from .experiment.bench import bench, bench_sweep
-    if args.repeats < 1:
+    if args.repeats is not None and args.repeats < 1:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
+    if args.sweep_width and any(w < 1 for w in args.sweep_width):
+        raise ConfigError(f"--sweep-width values must be positive integers, got {args.sweep_width}")
+    if args.suite:
+        return _bench_suite(args)
+    for flag, v in (("--part", args.part), ("--budget", args.budget)):
+        if v is not None:
+            raise ConfigError(f"{flag} goes with --suite")
     cfg = config_from_args(args)
+    repeats = 5 if args.repeats is None else args.repeats
     if args.sweep_width:
-        if any(w < 1 for w in args.sweep_width):
-            raise ConfigError(f"--sweep-width values must be positive integers, got {args.sweep_width}")
-        res = bench_sweep(cfg, widths=args.sweep_width, repeats=args.repeats)
+        res = bench_sweep(cfg, widths=args.sweep_width, repeats=repeats)
     else:
-        res = bench(cfg, repeats=args.repeats, sequential=not args.no_sequential)
+        if args.depth_rounds < 1:
+            raise ConfigError(f"--depth-rounds must be a positive integer, got {args.depth_rounds}")
+        if any(w < 0 for w in args.depth_width):
+            raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {args.depth_width}")
+        res = bench(cfg, repeats=repeats, sequential=not args.no_sequential,
+                    depth_widths=[w for w in args.depth_width if w > 0], depth_rounds=args.depth_rounds)
     for k, v in res.items():
         print(f"{k:>28}: {v}")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+def _bench_suite(args) -> int:
+    """``fedalf bench --suite NAME --out DIR``: the suite's measurements, each JSON and table line as it lands."""
+    from .experiment.bench import SUITE_PARTS, bench_suite
+    if args.json:
+        raise ConfigError("--json writes one measurement; --suite writes one JSON per measurement into --out")
+    if not args.out:
+        raise ConfigError("--suite needs --out DIR, the folder for its JSON files")
+    if args.budget is not None and not args.budget > 0:
+        raise ConfigError(f"--budget must be a positive number of seconds, got {args.budget}")
+    over = {}
+    if args.config:  # only the options the file sets replace the suite's
+        Config.load(args.config)  # one-line errors for a missing or bad file
+        over = {k: v for k, v in json.loads(Path(args.config).read_text()).items() if k not in C.DERIVED_KEYS}
+    over.update(_given(args))
+    over.pop("out", None)
+    records = bench_suite(args.suite, args.out, over, parts=args.part or SUITE_PARTS, widths=args.sweep_width,
+                          repeats=args.repeats, sequential=not args.no_sequential, budget_s=args.budget,
+                          echo=lambda line: print(line, flush=True))
+    print(f"{len(records)} measurements -> {args.out}")
     return 0
 
 
@@ -328,6 +405,9 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _one_line_warning
+    if hasattr(args, "no_compile_cache"):  # run, sweep, bench: before anything compiles
+        from .experiment.cache import cache_dir, configure
+        configure(cache_dir(disabled=args.no_compile_cache))
     from .problem.data import DataError
     from .problem.models import ModelError
     from .problem.partitions import PartitionError

@@ -7,9 +7,163 @@ def test_bench_writes_both_timings(tmp_path, capsys):
     out = tmp_path / "b.json"
     argv = ["bench", "--dataset", "synthetic", "--model", "mlp", "--clients", "6", "--clients-per-round", "3",
             "--synthetic-train", "300", "--synthetic-test", "60", "--repeats", "2", "--algorithm", "fedalf",
-            "--json", str(out)]
+            "--depth-width", "1", "2", "--depth-rounds", "3", "--json", str(out)]
     assert main(argv) == 0
     res = json.loads(out.read_text())
+    depth = res["server_depth"]
+    assert depth["qp_method"] == "active" and depth["run_map"] == "map" and set(depth["widths"]) == {"1", "2"}
+    one, two = depth["widths"]["1"], depth["widths"]["2"]
+    # W = 1 is seed 0; W = 2 is seeds 0 and 1, one after another (the CPU's run_map): its rounds' trips
+    # are the sums of its runs', and its run 0 is the W = 1 run
+    assert len(one["per_round"]) == 3 and two["per_run"][0] == one["per_run"][0] == one["per_round"]
+    assert two["per_round"] == [a + b for a, b in zip(*two["per_run"])]
+    assert two["trips_per_run_round"] == two["trips_per_round"] / 2
+    # per merge step ≤ 1 + (2n + 20) with n = 3 + 1 + 6 QP rows (clients, fair row, history); ≤ 3 steps (layers)
+    assert all(0 < t <= 3 * (1 + 2 * 10 + 20) for t in one["per_round"])
     for k in ("compiled_s_per_round", "sequential_s_per_round", "compile_s", "server_s", "rounds_per_s"):
         assert res[k] > 0, k
     assert len(res["compiled_times"]) == 2 and 0 < res["server_share"] < 10
+
+
+# ---- fedalf bench --suite -------------------------------------------------------------------------------
+
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from fedalf_jax.experiment import bench as B  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SESSION = ROOT / "experiments" / "gpu_session.sh"
+
+
+def test_suite_smoke_end_to_end(tmp_path, capsys):
+    """The suite on the CPU: one JSON per measurement with its figures, and the table's lines printed."""
+    out = tmp_path / "bench"
+    argv = ["bench", "--suite", "smoke", "--out", str(out), "--algorithm", "fedavg", "--no-sequential",
+            "--sweep-width", "2"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = ["round_mlp_fedavg", "sweep_mlp_fedavg_w2"]
+    assert sorted(p.name for p in out.glob("*.json")) == sorted(f"{n}.json" for n in names)
+    assert lines[0] == B.SUITE_HEADER and [ln.split()[0] for ln in lines[1:3]] == names
+    assert (out / "table.txt").read_text().splitlines() == lines[:3]
+    rnd = json.loads((out / "round_mlp_fedavg.json").read_text())
+    assert rnd["config"]["dataset"] == "synthetic" and rnd["result"]["compiled_s_per_round"] > 0
+    assert rnd["wall_s"] > 0 and "sequential_s_per_round" not in rnd["result"]
+    sw = json.loads((out / "sweep_mlp_fedavg_w2.json").read_text())
+    assert sw["width"] == 2 and sw["result"]["widths"]["2"]["sweep_s_per_call"] > 0
+
+
+def _fake_measures(monkeypatch, out, oom_at=None, seconds=0.0, fail_at=None):
+    """bench/bench_sweep stand-ins that check the earlier measurements' JSON is on disk when they start."""
+    calls = []
+
+    def on_disk():
+        return sorted(p.stem for p in Path(out).glob("*.json"))
+
+    def fake_bench(cfg, *, repeats, sequential):
+        calls.append(("round", cfg.model, cfg.algorithm, on_disk()))
+        time.sleep(seconds)
+        return {"backend": "cpu", "compiled_s_per_round": 0.5, "peak_memory_mb": 1.0}
+
+    def fake_sweep(cfg, *, widths, repeats=3):
+        (w,) = widths  # one width a call
+        calls.append(("sweep", w, on_disk()))
+        time.sleep(seconds * w)
+        if w == fail_at:
+            raise ValueError("a bug")
+        if w == oom_at:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123 bytes.")
+        return {"backend": "cpu", "widths": {str(w): {"sweep_s_per_run_round": 0.1, "speedup": 1.5}}}
+
+    monkeypatch.setattr(B, "bench", fake_bench)
+    monkeypatch.setattr(B, "bench_sweep", fake_sweep)
+    return calls
+
+
+def test_gpu_suite_writes_each_result_before_the_next_and_stops_at_oom(tmp_path, monkeypatch):
+    out = tmp_path / "gpu"
+    calls = _fake_measures(monkeypatch, out, oom_at=32)
+    printed = []
+    recs = B.bench_suite("gpu", out, echo=printed.append)
+    rounds = [f"round_{m}_{a}" for m in ("cnn", "mlp") for a in ("fedavg", "fedalf")]
+    sweeps = [f"sweep_cnn_fedalf_w{w}" for w in (1, 8, 32, 64)]
+    assert [r["name"] for r in recs] == rounds + sweeps
+    # each measurement started with every earlier one's JSON already written
+    done = sorted(rounds)
+    assert [c[-1] for c in calls] == [sorted(rounds[:i]) for i in range(4)] + [done, sorted(done + sweeps[:1]),
+                                                                               sorted(done + sweeps[:2])]
+    assert [c[1] for c in calls if c[0] == "sweep"] == [1, 8, 32]  # 64 never started
+    oom = json.loads((out / "sweep_cnn_fedalf_w32.json").read_text())
+    assert oom["note"] == "out of memory" and oom["largest_width_that_fits"] == 8 and "RESOURCE_EXHAUSTED" in oom["error"]
+    assert json.loads((out / "sweep_cnn_fedalf_w64.json").read_text())["note"].startswith("not run: width 32 ran out")
+    assert json.loads((out / "sweep_cnn_fedalf_w8.json").read_text())["result"]["widths"]["8"]["speedup"] == 1.5
+    assert printed[0] == B.SUITE_HEADER and len(printed) == 1 + 8
+    assert "out of memory" in printed[-2] and printed[-1].split()[0] == "sweep_cnn_fedalf_w64"
+    cfg = json.loads((out / "round_cnn_fedalf.json").read_text())["config"]
+    assert (cfg["model"], cfg["algorithm"], cfg["dataset"]) == ("cnn", "fedalf", "fmnist")
+
+
+def test_suite_budget_and_errors(tmp_path, monkeypatch):
+    out = tmp_path / "b"
+    calls = _fake_measures(monkeypatch, out, seconds=0.2)
+    recs = B.bench_suite("gpu", out, parts=("sweep",), budget_s=1.0, echo=lambda line: None)
+    # w1 took ~0.2 s, so w8 is predicted at ~1.6 s > what is left of 1 s: skipped, and the wider ones not run
+    assert [c[1] for c in calls] == [1]
+    assert [r.get("note", "")[:8] for r in recs] == ["", "skipped:", "not run:", "not run:"]
+    # anything but running out of memory propagates, after the earlier JSONs are written
+    out2 = tmp_path / "c"
+    _fake_measures(monkeypatch, out2, fail_at=8)
+    with pytest.raises(ValueError, match="a bug"):
+        B.bench_suite("gpu", out2, parts=("sweep",), echo=lambda line: None)
+    assert [p.name for p in out2.glob("*.json")] == ["sweep_cnn_fedalf_w1.json"]
+
+
+def test_suite_plan_overrides_and_filters():
+    plan = B.suite_plan("gpu", {"dataset": "synthetic", "rounds": 3, "model": "mlp", "out": "x"})
+    assert [p["name"] for p in plan] == ["round_mlp_fedavg", "round_mlp_fedalf"]  # the sweep is CNN's
+    assert all(p["config"].dataset == "synthetic" and p["config"].rounds == 3 for p in plan)
+    sweep = B.suite_plan("gpu", {}, parts=("sweep",), widths=[2, 4])
+    assert [(p["width"], p["config"].eval_every, p["repeats"]) for p in sweep] == [(2, 5, 2), (4, 5, 2)]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["bench", "--suite", "gpu"], "--suite needs --out"),
+    (["bench", "--suite", "gpu", "--out", "{tmp}", "--json", "x.json"], "--json writes one measurement"),
+    (["bench", "--suite", "gpu", "--out", "{tmp}", "--rounds", "0"], "rounds must be a positive integer"),
+    (["bench", "--suite", "gpu", "--out", "{tmp}", "--budget", "0"], "--budget must be a positive"),
+    (["bench", "--suite", "gpu", "--out", "{tmp}", "--sweep-width", "0"], "--sweep-width values must be"),
+    (["bench", "--part", "round"], "--part goes with --suite"),
+    (["bench", "--suite", "tpu", "--out", "{tmp}"], "invalid choice"),
+])
+def test_suite_bad_input_is_one_line(tmp_path, capsys, argv, needle):
+    argv = [a.replace("{tmp}", str(tmp_path / "s")) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not list(tmp_path.glob("s/*.json"))  # validated before anything runs
+
+
+def test_gpu_session_steps_fit_the_device_limit():
+    """experiments/gpu_session.sh: bash accepts it; every step's limit, and so every timeout in it, is at
+    most 540 s (the device tool allows 600 s a command)."""
+    assert subprocess.run(["bash", "-n", str(SESSION)], capture_output=True).returncode == 0
+    text = SESSION.read_text()
+    steps = dict(re.findall(r"^\s*(\d)\) LIMIT=\$\{2:-(\d+)\}", text, flags=re.M))
+    assert sorted(steps) == ["1", "2", "3"] and all(int(s) <= 540 for s in steps.values()), steps
+    assert int(re.search(r"^MAX_STEP_S=(\d+)$", text, flags=re.M).group(1)) <= 540
+    # every timed command gets what is left of its step's limit (less a margin), never a fixed number
+    timed = re.findall(r"^\s*budget (\$\(\(.*?\)\)|\S+)", text, flags=re.M)
+    assert len(timed) == 2 and all(re.fullmatch(r"\$\(\( \$\(left\) - \d+ \)\)", t) for t in timed), timed
+    code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    assert code.count("timeout ") == 1 and 'timeout --foreground -s INT -k 10 "$1"' in code  # budget()'s
+    for argv, msg in ((["9"], "usage"), (["2", "541"], "60..540")):
+        r = subprocess.run(["bash", str(SESSION), *argv], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 2 and msg in r.stderr

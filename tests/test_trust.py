@@ -379,3 +379,27 @@ def test_help_says_what_ctrl_c_does(capsys):
 def test_resume_of_a_folder_that_never_ran_says_it_starts_from_round_zero(tmp_path, capsys):
     code, err = _cli(capsys, ["run", *TINY, "--resume", "--out", str(tmp_path / "a")])
     assert code == 0 and "nothing to resume" in err and "starting from round 0" in err, err
+
+
+def test_a_run_from_before_a_new_option_resumes_with_that_options_default(tmp_path, capsys):
+    # A run directory written before an option existed (here: matmul_precision, added with issue 14)
+    # has no entry for it in config.json nor in its checkpoint's identity: it ran with the default,
+    # so --resume continues it (and still refuses a non-default value).
+    from fedalf_jax.experiment.config import identity_digest
+    a = tmp_path / "a"
+    assert main(["run", *TINY, "--out", str(a)]) == 0
+    cfg = json.loads((a / "config.json").read_text())
+    assert cfg.pop("matmul_precision") == "default"
+    (a / "config.json").write_text(json.dumps(cfg))
+    for ck in a.glob("checkpoint*.npz"):
+        with np.load(ck) as f:
+            members = {k: f[k] for k in f.files}
+        ident = json.loads(str(members["identity"]))
+        assert ident.pop("matmul_precision") == "default"
+        members["identity"] = np.asarray(json.dumps(ident, sort_keys=True))
+        members["digest"] = np.asarray(identity_digest(ident))
+        np.savez(ck.with_suffix(""), **members)  # savez appends .npz again
+    code, err = _cli(capsys, ["run", "--resume", "--out", str(a), "--rounds", "3", "--matmul-precision", "highest"])
+    _one_line_error(code, err, "matmul_precision")
+    assert main(["run", "--resume", "--out", str(a), "--rounds", "3", "--no-progress"]) == 0
+    assert _rounds(a) == [0, 1, 2, 3]

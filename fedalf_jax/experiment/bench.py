@@ -11,6 +11,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..problem.models import default_conv_impl
 from ..sim.client import steps_per_epoch
@@ -41,7 +42,9 @@ def make_sequential(spec):
     return lambda state, hp, data: sequential_round(spec, client_j, server_j, sel_j, state, hp, data)
 
 
-def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True) -> dict:
+def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_widths=(), depth_rounds: int = 12) -> dict:
+    """Round time of ``cfg``'s compiled round (and the sequential loop), the server step's time, and
+    with ``depth_widths`` (FedLF/FedALF) the server's sequential depth (:func:`server_depth`)."""
     exp = build(cfg)
     spec, hp, data = exp.spec, exp.hp, exp.data
     state = init_state(spec, cfg.seed)
@@ -81,6 +84,8 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True) -> dict:
         res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
     res["server_s"] = server_seconds(spec, state, hp, data, repeats)
     res["server_share"] = res["server_s"] / res["compiled_s_per_round"]
+    if depth_widths:
+        res["server_depth"] = server_depth(cfg, widths=tuple(depth_widths), rounds=depth_rounds)
     res["peak_memory_mb"] = _peak_memory_mb()
     return res
 
@@ -109,9 +114,15 @@ def _peak_memory_mb() -> float:
 
 def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
     """A vmapped sweep of ``W`` runs (seeds ``seed .. seed+W−1``) against the same ``W`` runs as separate
-    single-run programs, one chunk of ``eval_every`` rounds with its evaluation per call, timed
-    interleaved in one process (medians). ``speedup`` > 1: the sweep is faster than its runs one after
-    another."""
+    single-run programs, one chunk of ``eval_every`` rounds with its evaluation per call, in one process
+    (medians). ``speedup`` > 1: the sweep is faster than its runs one after another.
+
+    Every program's first call is an untimed warm-up (the sweep's, and each single run's). Then the
+    sweep makes ``repeats`` timed calls, and the single runs, one after another, ``repeats`` timed calls
+    each; the sweep's calls are spread among the single runs, so that both see the same machine load.
+    A single run's inputs and state are built just before its calls and dropped after them: beside the
+    sweep's ``W`` states, at most one single run's lives (not ``W``: issue 14). The separate time of
+    repeat ``r`` is the sum of the runs' ``r``-th calls, which compute the same rounds as the sweep's."""
     from .loop import Program, default_run_map
     from .sweep import _Group
     length = min(cfg.eval_every, cfg.rounds)
@@ -120,31 +131,236 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
            "run_map": default_run_map() if cfg.run_map == "auto" else cfg.run_map}
     for width in widths:
         group = _Group([(cfg.replace(seed=cfg.seed + i, out=None), None) for i in range(width)])
-        idx = list(range(width))
-        swept = group.inputs(idx)
-        singles = [group.single_inputs(i) for i in idx]
+        swept = group.inputs(list(range(width)))
         t0 = time.perf_counter()
         f_sweep = Program(group.spec, batched=True, data_axes=group.axes, run_map=group.run_map).compiled(length, *swept)
         compile_sweep = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        one = Program(group.spec)
-        f_one = [one.compiled(length, *ins) for ins in singles]
-        compile_one = time.perf_counter() - t0
-        box = {"sweep": swept[0], "separate": [ins[0] for ins in singles]}
-        t_sweep, t_sep = [], []
-        for _ in range(repeats + 1):  # the first of each is a warm-up
-            t0 = time.perf_counter()
-            box["sweep"] = jax.block_until_ready(f_sweep(box["sweep"], *swept[1:])[0])
-            t_sweep.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            for i, ins in enumerate(singles):
-                box["separate"][i] = jax.block_until_ready(f_one[i](box["separate"][i], *ins[1:])[0])
-            t_sep.append(time.perf_counter() - t0)
-        sw, sep = statistics.median(t_sweep[1:]), statistics.median(t_sep[1:])
+        state, rest = swept[0], swept[1:]
+        del swept
+        state = jax.block_until_ready(f_sweep(state, *rest)[0])  # warm-up (its state buffers are donated)
+        one, f_one, compile_one = Program(group.spec), None, 0.0
+        sweep_before = [r * width // repeats for r in range(repeats)]  # the single run the sweep's r-th call precedes
+        t_sweep, t_sep = [], [0.0] * repeats
+        for i in range(width):
+            ins = group.single_inputs(i)
+            if f_one is None:
+                t0 = time.perf_counter()
+                f_one = one.compiled(length, *ins)
+                compile_one = time.perf_counter() - t0
+            s = jax.block_until_ready(f_one(ins[0], *ins[1:])[0])  # this run's warm-up
+            for r in range(repeats):
+                if sweep_before[r] == i:
+                    t0 = time.perf_counter()
+                    state = jax.block_until_ready(f_sweep(state, *rest)[0])
+                    t_sweep.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                s = jax.block_until_ready(f_one(s, *ins[1:])[0])
+                t_sep[r] += time.perf_counter() - t0
+            del ins, s  # this single run is done: only its timings are kept
+        del state, rest
+        sw, sep = statistics.median(t_sweep), statistics.median(t_sep)
         res["widths"][str(width)] = {
             "sweep_s_per_call": sw, "separate_s_per_call": sep, "speedup": sep / sw,
             "sweep_s_per_run_round": sw / (width * length), "separate_s_per_run_round": sep / (width * length),
             "compile_sweep_s": round(compile_sweep, 3), "compile_single_s": round(compile_one, 3),
-            "sweep_times": t_sweep[1:], "separate_times": t_sep[1:]}
+            "sweep_times": t_sweep, "separate_times": t_sep}
     res["peak_memory_mb"] = _peak_memory_mb()
+    return res
+
+
+# ---- suites: a fixed list of measurements, one JSON each, written as soon as it is measured ---------------
+
+# Each suite: the round-time measurements (model, algorithm; ``bench``) and the sweep-width scaling (one
+# ``bench_sweep`` call per width, in increasing order, stopping at the first width that runs out of memory).
+# ``base`` options apply to every measurement; the options a user gives (``overrides``) replace them.
+# The CNN first: a step cut short by its time limit keeps the measurement docs/benchmarks.md lacks most.
+# ``peak_memory_mb`` is the process's peak so far (the measurements share one process).
+SUITES = {
+    "gpu": dict(base={}, rounds=(("cnn", "fedavg"), ("cnn", "fedalf"), ("mlp", "fedavg"), ("mlp", "fedalf")),
+                round_repeats=10, sweep={"model": "cnn", "algorithm": "fedalf", "eval_every": 5},
+                widths=(1, 8, 32, 64), sweep_repeats=2),
+    # the same code path in seconds on a CPU (tests, a dry run before a GPU session)
+    "smoke": dict(base={"dataset": "synthetic", "clients": 6, "clients_per_round": 3, "synthetic_train": 300,
+                        "synthetic_test": 60, "eval_every": 1, "rounds": 2},
+                  rounds=(("mlp", "fedavg"), ("mlp", "fedalf")), round_repeats=2,
+                  sweep={"model": "mlp", "algorithm": "fedavg"}, widths=(1, 2), sweep_repeats=1),
+}
+SUITE_PARTS = ("round", "sweep")
+SUITE_HEADER = (f"{'measurement':<28} {'backend':>7} {'s/round':>10} {'baseline':>10} {'speedup':>8} "
+                f"{'compile_s':>9} {'peak_mb':>9} {'wall_s':>7}  note")
+
+
+def suite_plan(name: str, overrides: dict | None = None, *, parts=SUITE_PARTS, widths=None, repeats=None,
+               sequential: bool = True) -> list[dict]:
+    """The measurements of suite ``name``: ``{"name", "kind" ("round" | "sweep"), "config", "repeats",
+    ...}``, configs validated up front. ``overrides`` (the options a user gave) replace the suite's; a
+    given ``model`` or ``algorithm`` keeps only the measurements of that model or algorithm."""
+    from .config import ConfigError
+    if name not in SUITES:
+        raise ConfigError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
+    s, over = SUITES[name], dict(overrides or {})
+    keep = {k: over.pop(k) for k in ("model", "algorithm") if k in over}
+    over.pop("out", None)
+    wanted = lambda m, a: keep.get("model", m) == m and keep.get("algorithm", a) == a  # noqa: E731
+    plan = []
+    if "round" in parts:
+        for m, a in s["rounds"]:
+            if wanted(m, a):
+                cfg = Config.from_dict({**s["base"], "model": m, "algorithm": a, **over})
+                plan.append({"name": f"round_{m}_{a}", "kind": "round", "config": cfg,
+                             "repeats": repeats or s["round_repeats"], "sequential": sequential})
+    if "sweep" in parts and wanted(s["sweep"]["model"], s["sweep"]["algorithm"]):
+        cfg = Config.from_dict({**s["base"], **s["sweep"], **over})
+        for w in widths or s["widths"]:
+            plan.append({"name": f"sweep_{cfg.model}_{cfg.algorithm}_w{w}", "kind": "sweep", "config": cfg,
+                         "width": int(w), "repeats": repeats or s["sweep_repeats"]})
+    return plan
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """An allocation failure (XLA's ``RESOURCE_EXHAUSTED``, a host ``MemoryError``)."""
+    text = f"{type(e).__name__}: {e}"
+    return isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+
+
+def suite_line(rec: dict) -> str:
+    """One table line of a suite record (seconds per round: the compiled round against the sequential
+    loop; a sweep: per run and round, the sweep against its runs one after another)."""
+    res = rec.get("result") or {}
+    if rec["kind"] == "round":
+        t, base, speed = res.get("compiled_s_per_round"), res.get("sequential_s_per_round"), res.get("speedup")
+        comp = res.get("compile_s")
+    else:
+        wres = (res.get("widths") or {}).get(str(rec["width"]), {})
+        t, base, speed = wres.get("sweep_s_per_run_round"), wres.get("separate_s_per_run_round"), wres.get("speedup")
+        comp = wres.get("compile_sweep_s")
+    def f(v, width, digits, unit=""):
+        return (f"{v:.{digits}f}{unit}" if isinstance(v, (int, float)) else "-").rjust(width)
+    return (f"{rec['name']:<28} {res.get('backend', '-'):>7} {f(t, 10, 5)} {f(base, 10, 5)} {f(speed, 8, 2, 'x')} "
+            f"{f(comp, 9, 1)} {f(res.get('peak_memory_mb'), 9, 0)} {f(rec.get('wall_s'), 7, 1)}  "
+            f"{rec.get('note', '')}").rstrip()
+
+
+def _write_json(path, obj) -> None:
+    """Whole or not at all: a kill mid-write leaves the previous file (or none), never half a JSON."""
+    import json
+    import os
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def bench_suite(name: str, out, overrides: dict | None = None, *, parts=SUITE_PARTS, widths=None, repeats=None,
+                sequential: bool = True, budget_s: float | None = None, echo=print) -> list[dict]:
+    """Run suite ``name`` (:data:`SUITES`): each measurement's JSON lands in ``out`` (``<name>.json``) and
+    its table line goes to ``echo`` as soon as it is measured. The sweep widths run one ``bench_sweep``
+    call each, smallest first; the first that runs out of memory is recorded (``"note": "out of
+    memory"``) and ends the widths. With ``budget_s``, a measurement predicted not to finish within
+    what is left of it (from the ones already measured) is recorded as skipped instead of started.
+    Returns the records."""
+    import gc
+    import platform
+    from pathlib import Path
+    plan = suite_plan(name, overrides, parts=parts, widths=widths, repeats=repeats, sequential=sequential)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    echo(SUITE_HEADER)
+    with open(out / "table.txt", "a") as f:
+        f.write(SUITE_HEADER + "\n")
+    records, stop_sweep, fits = [], None, None
+    walls = {"round": [], "sweep": []}  # (width or 1, wall seconds) of the measured ones
+    for item in plan:
+        cfg = item["config"]
+        rec = {"suite": name, "name": item["name"], "kind": item["kind"], "repeats": item["repeats"],
+               "jax": jax.__version__, "python": platform.python_version(), "config": cfg.to_dict()}
+        if item["kind"] == "sweep":
+            rec["width"] = item["width"]
+        predicted = _predict(item, walls[item["kind"]])
+        left = None if budget_s is None else budget_s - (time.perf_counter() - start)
+        if stop_sweep and item["kind"] == "sweep":
+            rec["note"] = f"not run: {stop_sweep}"
+        elif left is not None and predicted is not None and predicted > left:
+            rec["note"] = f"skipped: predicted {predicted:.0f} s, {max(left, 0):.0f} s of the budget left"
+            if item["kind"] == "sweep":
+                stop_sweep = f"width {item['width']} was skipped (budget)"
+        else:
+            t0 = time.perf_counter()
+            try:
+                if item["kind"] == "round":
+                    rec["result"] = bench(cfg, repeats=item["repeats"], sequential=item["sequential"])
+                else:
+                    rec["result"] = bench_sweep(cfg, widths=[item["width"]], repeats=item["repeats"])
+                    fits = item["width"]
+            except Exception as e:  # noqa: BLE001 -- only running out of memory is a result; the rest propagates
+                if not is_out_of_memory(e):
+                    raise
+                rec["note"] = "out of memory"
+                rec["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0][:500]
+                if item["kind"] == "sweep":
+                    rec["largest_width_that_fits"] = fits
+                    stop_sweep = f"width {item['width']} ran out of memory"
+            rec["wall_s"] = time.perf_counter() - t0
+            if "result" in rec:
+                walls[item["kind"]].append((item.get("width", 1), rec["wall_s"]))
+            gc.collect()  # the failed or finished measurement's device buffers go before the next one
+        _write_json(out / f"{item['name']}.json", rec)
+        line = suite_line(rec)
+        echo(line)
+        with open(out / "table.txt", "a") as f:
+            f.write(line + "\n")
+        records.append(rec)
+    return records
+
+
+def _predict(item: dict, measured: list) -> float | None:
+    """Seconds a measurement will take, from the measured ones of its kind: a round, the longest of
+    them; a sweep width, the last width's time scaled by the width (its W separate runs dominate)."""
+    if not measured:
+        return None
+    if item["kind"] == "round":
+        return max(w for _, w in measured)
+    width, wall = measured[-1]
+    return wall * item["width"] / width
+
+
+def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12) -> dict:
+    """The server step's sequential depth: its loop trips per round, counted from the solvers' own
+    iteration counters (the metric ``qp_iters``: per merge step one trip plus the slowest layer's QP
+    iterations), for a sweep of ``W`` runs (seeds ``seed .. seed+W−1``) in one program, per width.
+
+    How a width's runs share the server decides its depth per program round: batched (``run_map``
+    ``vmap`` with a per-problem solver: ``active``/``pgd``), the runs' QPs run side by side and the
+    depth is the slowest run's (``max``; exact when no run merges blocks, a lower bound otherwise);
+    one after another (``run_map`` ``map``, or the ``osqp`` solver, whose batch shares one ADMM loop
+    and so runs once per run), it is the sum over the runs. ``trips_per_run_round`` divides by ``W``.
+    For ``osqp`` the count is its ADMM steps and polish steps; each ADMM step also runs an inner CG
+    loop that jaxopt does not count, so it is a lower bound. ``{}`` for algorithms without a QP.
+    """
+    if cfg.algorithm not in ("fedlf", "fedalf"):
+        return {}
+    from ..sim.qp import resolve_method
+    from .loop import Program, default_run_map, to_host
+    from .sweep import _Group
+    run_map = default_run_map() if cfg.run_map == "auto" else cfg.run_map
+    res = {"rounds": rounds, "run_map": run_map, "widths": {}}
+    for width in widths:
+        group = _Group([(cfg.replace(seed=cfg.seed + i, out=None), None) for i in range(width)])
+        state, hp, data = group.inputs(list(range(width)))
+        program = Program(group.spec, batched=True, data_axes=group.axes, run_map=group.run_map)
+        _, out = program(state, hp, data, rounds)
+        del state
+        trips = np.asarray(to_host(out.rounds["qp_iters"]), np.int64).reshape(width, rounds)
+        blocks = np.asarray(to_host(out.rounds["qp_blocks"]), np.int64).reshape(width, rounds)
+        qp_rows = cfg.clients_per_round + 1 + (cfg.clients if cfg.resolved_history else 0)
+        method = resolve_method(cfg.qp_method, qp_rows)
+        side_by_side = run_map == "vmap" and method != "osqp"
+        per_round = trips.max(0) if side_by_side else trips.sum(0)
+        res["qp_method"] = method
+        res["widths"][str(width)] = {
+            "runs_share": "side by side (max over runs)" if side_by_side else "one after another (sum over runs)",
+            "trips_per_round": float(np.median(per_round)), "trips_per_round_max": int(per_round.max()),
+            "trips_per_run_round": float(np.median(per_round)) / width,
+            "single_run_trips_median": float(np.median(trips)), "single_run_trips_max": int(trips.max()),
+            "blocks_min": int(blocks.min()), "per_round": per_round.tolist(), "per_run": trips.tolist()}
     return res

@@ -114,7 +114,7 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
     """The round's static part: model, algorithm, shapes, privacy choice, client mapping, and the
     number of devices the sampled clients are sharded over."""
     model = make_model(cfg.model, num_classes=pool.num_classes, input_shape=pool.x.shape[1:],
-                       conv_impl=cfg.conv_impl)
+                       conv_impl=cfg.conv_impl, matmul_precision=cfg.matmul_precision)
     params_shape = jax.eval_shape(model.init, jax.random.PRNGKey(0))["params"]
     layer_of = layer_ids(params_shape, cfg.layers)
     return RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,

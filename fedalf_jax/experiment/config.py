@@ -29,10 +29,13 @@ LDPS = LDP_NAMES
 DPS = ("none", "gaussian")
 CLIENT_GRADS = ("full", "local")
 LAYERS = ("module", "tensor")
-QP_METHODS = ("auto", "osqp", "pgd")
+QP_METHODS = ("auto", "active", "osqp", "pgd")
 CLIENT_MAPS = ("auto", "vmap", "map")
 LOGS = ("csv", "tensorboard")
 STATE_DTYPES = ("float32", "bfloat16")
+# float32 matmuls/convolutions of the model (clients' training and evaluation): default (TF32 on recent
+# NVIDIA GPUs), high, highest (true float32). CPU computes all three in float32.
+MATMUL_PRECISIONS = ("default", "high", "highest")
 # The numeric hyper-parameters: traced in the compiled program, so a sweep vmaps over them.
 CONTINUOUS = ("lr", "lr_decay", "server_lr", "server_lr_decay", "mu", "rho", "q", "epsilon", "delta", "clip")
 
@@ -66,8 +69,14 @@ def identity_digest(identity: dict) -> str:
 
 
 def identity_diff(a: dict, b: dict) -> list[str]:
-    """The options whose values differ between two identities (sorted)."""
-    return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>"))
+    """The options whose values differ between two identities (sorted). An option one of them lacks
+    (recorded before the option existed) counts with its default, the value it ran with."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+
+    def get(d, k):
+        return d.get(k, defaults.get(k, "<missing>"))
+
+    return sorted(k for k in set(a) | set(b) if get(a, k) != get(b, k))
 
 
 # Keys that config.json carries for the reader but that are derived from the options (Config.privacy):
@@ -98,6 +107,7 @@ class Config:
     run_map: str = "auto"  # a sweep's runs in one program: vmap, map (lax.map), auto (per backend)
     devices: int = 1  # run: shard the sampled clients over D devices; sweep: shard the runs
     state_dtype: str = "float32"  # storage of per-client rows (ADMM duals, history): float32 or bfloat16
+    matmul_precision: str = "default"  # the model's matmuls/convs: default (TF32 on GPU), high, highest
     # federated setting (docs/algorithms.md §2)
     rounds: int = 200
     clients: int = 100
@@ -116,7 +126,7 @@ class Config:
     history: Optional[bool] = None
     layers: str = "module"
     merge_tol: float = 1e-6
-    qp_method: str = "auto"  # osqp up to 256 QP rows (exact polish), pgd above (docs/benchmarks.md)
+    qp_method: str = "auto"  # active-set up to 256 QP rows, pgd above (fedalf_jax/sim/qp.py)
     server_target: Optional[str] = None  # the ADMM upload; default per algorithm (_ADMM_DEFAULTS)
     dual_from: str = "local"  # the paper's; "perturbed" diverged at ε=2 (docs/privacy.md)
     # privacy (docs/privacy.md)
@@ -256,6 +266,7 @@ class Config:
         _choice("run_map", self.run_map, CLIENT_MAPS)
         _choice("log", self.log, LOGS)
         _choice("state_dtype", self.state_dtype, STATE_DTYPES)
+        _choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         _choice("neighbouring", self.neighbouring, NEIGHBOURING)
         if self.model == "cnn_bn" and (self.ldp != "none" or self.dp != "none"):
             raise ConfigError("model cnn_bn with a privacy mechanism: its batch-norm statistics would leave the "

@@ -55,6 +55,7 @@ from jax import lax
 
 __all__ = [
     "CONV_IMPLS",
+    "MATMUL_PRECISIONS",
     "POOL_IMPLS",
     "MODEL_NAMES",
     "ModelError",
@@ -69,6 +70,7 @@ __all__ = [
 ]
 
 CONV_IMPLS = ("lax", "im2col", "patches")
+MATMUL_PRECISIONS = ("default", "high", "highest")  # jax.default_matmul_precision; "default": unchanged
 POOL_IMPLS = ("reshape", "lax")
 MODEL_NAMES = ("cnn", "cnn_bn", "mlp")
 
@@ -232,6 +234,7 @@ class Model:
     input_shape: tuple
     num_classes: int
     has_batch_stats: bool
+    matmul_precision: str = "default"  # of apply's float32 matmuls and convolutions (and their gradients)
 
     def init(self, key: jax.Array) -> dict:
         """Variables: ``{'params': ...}`` (+ ``'batch_stats'`` for models with BatchNorm).
@@ -249,7 +252,17 @@ class Model:
         statistics are used for normalisation), the given ones unchanged when not (running
         statistics are used). Merge with ``{**variables, **new_state}``. ``rng`` feeds dropout
         when ``train`` (required then for ``cnn_bn``).
+
+        With ``matmul_precision`` other than ``"default"`` the call is traced under
+        ``jax.default_matmul_precision``: every dot and convolution it emits (and, through their
+        transposes, the gradients' ones) carries that precision (on GPU: ``"highest"`` turns TF32 off).
         """
+        if self.matmul_precision == "default":
+            return self._apply(variables, x, train=train, rng=rng)
+        with jax.default_matmul_precision(self.matmul_precision):
+            return self._apply(variables, x, train=train, rng=rng)
+
+    def _apply(self, variables: dict, x: jax.Array, *, train: bool, rng):
         rngs = {}
         if train and rng is not None:
             rngs["dropout"] = rng
@@ -286,8 +299,10 @@ def make_model(
     input_shape: Sequence[int],
     conv_impl: str = "auto",
     pool_impl: str = "reshape",
+    matmul_precision: str = "default",
 ) -> Model:
-    """Build model ``name`` for NHWC inputs of per-example shape ``input_shape`` (H, W, C)."""
+    """Build model ``name`` for NHWC inputs of per-example shape ``input_shape`` (H, W, C);
+    ``matmul_precision`` sets the precision of its float32 matmuls and convolutions (:meth:`Model.apply`)."""
     if name not in MODEL_NAMES:
         raise ModelError(f"unknown model {name!r}; expected one of {MODEL_NAMES}")
     try:
@@ -306,6 +321,8 @@ def make_model(
         raise ModelError(f"unknown conv_impl {conv_impl!r}; expected 'auto' or one of {CONV_IMPLS}")
     if pool_impl not in POOL_IMPLS:
         raise ModelError(f"unknown pool_impl {pool_impl!r}; expected one of {POOL_IMPLS}")
+    if matmul_precision not in MATMUL_PRECISIONS:
+        raise ModelError(f"unknown matmul_precision {matmul_precision!r}; expected one of {MATMUL_PRECISIONS}")
     h, w, _ = input_shape
     if name == "cnn":
         if min(_cnn_out(h), _cnn_out(w)) < 1:
@@ -318,4 +335,4 @@ def make_model(
         module, bs = CNNBN(num_classes, conv_impl, pool_impl), True
     else:
         module, bs = MLP(num_classes), False
-    return Model(name, module, input_shape, num_classes, bs)
+    return Model(name, module, input_shape, num_classes, bs, matmul_precision)
