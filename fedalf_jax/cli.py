@@ -247,9 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-sequential", action="store_true", help="time only the compiled round")
     b.add_argument("--sweep-width", type=int, nargs="+", default=None, metavar="W",
                    help="time a vmapped sweep of W runs against W separate runs, for each W")
-    b.add_argument("--depth-width", type=int, nargs="+", default=[1, 8], metavar="W",
+    b.add_argument("--depth-width", type=int, nargs="+", default=None, metavar="W",
                    help="FedLF/FedALF: also count the server's sequential loop trips per round (the QP solvers' "
-                        "own iteration counters) in a sweep of W runs, for each W (default: 1 8; 0: skip)")
+                        "own iteration counters) in a sweep of W runs, for each W (default: 1 8 on a GPU; 1 on "
+                        "a CPU, where 12 rounds of a W = 8 CNN sweep take ~25 minutes; 0: skip)")
     b.add_argument("--depth-rounds", type=int, default=12, metavar="R",
                    help="rounds counted by --depth-width (default 12: FedALF's history rows fill within the "
                         "first N/m rounds, and the QPs grow with them)")
@@ -365,10 +366,12 @@ def _cmd_bench(args) -> int:
     else:
         if args.depth_rounds < 1:
             raise ConfigError(f"--depth-rounds must be a positive integer, got {args.depth_rounds}")
-        if any(w < 0 for w in args.depth_width):
-            raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {args.depth_width}")
+        import jax
+        depth = args.depth_width or ([1] if jax.default_backend() == "cpu" else [1, 8])
+        if any(w < 0 for w in depth):
+            raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {depth}")
         res = bench(cfg, repeats=repeats, sequential=not args.no_sequential,
-                    depth_widths=[w for w in args.depth_width if w > 0], depth_rounds=args.depth_rounds)
+                    depth_widths=[w for w in depth if w > 0], depth_rounds=args.depth_rounds)
     for k, v in res.items():
         print(f"{k:>28}: {v}")
     if args.json:
