@@ -595,7 +595,7 @@ class _Group:
         width = self.width
         program = None
         if self.ready is not None and self.ready[2] == _avals(self.abstract_inputs(width)):
-            program, late, _ = self.ready  # compiled when the sweep was sized: its progress ticks go to bar
+            program, late, _ = self.ready  # compiled when the sweep was sized: its compile state goes to bar
             late.bar, program.progress = bar, bar
         self.ready = None
         if program is None:

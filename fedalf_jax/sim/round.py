@@ -218,17 +218,11 @@ def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
     return server_step(spec, state, sel, n, outs, hp)
 
 
-def run_rounds(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData, length: int, *, tick=None):
-    """``length`` rounds as one ``lax.scan``; metrics are stacked along a leading round axis.
-
-    ``tick(round)``, if given, is called on the host after every round (``jax.debug.callback``;
-    under ``vmap`` once per run): progress bars move while the compiled chunk runs.
-    """
+def run_rounds(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData, length: int):
+    """``length`` rounds as one ``lax.scan``; metrics are stacked along a leading round axis. Nothing is
+    called back to the host, so the persistent compilation cache can keep the program."""
     def body(s, _):
-        s, metrics = round_step(spec, s, hp, data)
-        if tick is not None:
-            jax.debug.callback(tick, s.round)
-        return s, metrics
+        return round_step(spec, s, hp, data)
     return jax.lax.scan(body, state, None, length=length)
 
 

@@ -49,13 +49,13 @@ def train_losses(spec: RoundSpec, state: RunState, hp, data: ClientData):
     return _per_run_eval(spec.model)(state.variables, data.x, data.y, data.train_idx, data.train_n)[1]
 
 
-def make_chunk(spec: RoundSpec, length: int, *, tick=None):
+def make_chunk(spec: RoundSpec, length: int):
     """``chunk(state, hp, data) -> (state, ChunkOut)``: ``length`` rounds (0: evaluation only), then
     the evaluation of every client. Pure: jit it, vmap it over runs, or both."""
 
     def chunk(state: RunState, hp, data: ClientData):
         if length > 0:
-            state, rounds = run_rounds(spec, state, hp, data, length, tick=tick)
+            state, rounds = run_rounds(spec, state, hp, data, length)
         else:
             rounds = {k: jnp.zeros((0,), jnp.float32) for k in METRIC_KEYS}
         return state, ChunkOut(rounds, evaluate(spec, state.variables, data))
