@@ -56,6 +56,8 @@ mutate fedalf_jax/problem/partitions.py "n_test = n - min(max(int(round(frac * n
   "n_test = n - min(max(int(frac * n), 1), n - 1)" "glue: stratified local split truncates frac*n" "$G -k local_split"
 mutate fedalf_jax/experiment/config.py "if self.clients_per_round > self.clients:" "if self.clients_per_round >= self.clients:" \
   "glue: full participation refused" "$G -k full_participation"
+mutate fedalf_jax/experiment/loop.py "st, out = program(state._replace(variables=variables0), hp, data, 0)" \
+  "st, out = program(state, hp, data, 0)" "glue: round 0 evaluates the model after the first chunk" "$G -k round_0"
 mutate fedalf_jax/experiment/loop.py "length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)" \
   "length = min(cfg.eval_every, cfg.rounds - t)" "glue: an extended run's chunks leave the evaluation grid" "$G -k off_the_eval_grid"
 mutate fedalf_jax/experiment/rundir.py "path = avail[max(avail) if round is None else round]" "path = avail[max(avail)]" \

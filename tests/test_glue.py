@@ -174,6 +174,40 @@ def test_full_participation_runs(tmp_path):
         assert sorted(np.asarray(sel_of(jnp.int32(r))).tolist()) == [0, 1, 2, 3]
 
 
+# ---- round 0's row (experiment/loop.py) ----------------------------------------------------------
+
+def test_round_0_row_is_the_untrained_model_though_evaluated_after_the_first_chunk(tmp_path):
+    # The loop runs the first chunk before it evaluates round 0 (the round-0 train loss is a pass over
+    # every training sample). Row 0 must still be the initial model's, computed here by hand: the
+    # model applied to each client's own examples, plain NumPy cross-entropy and accuracy.
+    cfg = Config(**{**SMALL, "algorithm": "fedadmm", "out": str(tmp_path / "r")})
+    run(cfg, progress=False)
+    m = RunDir(tmp_path / "r").metrics()
+    assert list(m["round"]) == [0, 1, 2]
+    exp = build(cfg.replace(out=None))
+    variables = init_state(exp.spec, cfg.seed).variables
+    x, y = np.asarray(exp.data.x), np.asarray(exp.data.y)
+
+    def by_hand(idx, n):
+        acc, loss = [], []
+        for i in range(cfg.clients):
+            rows = np.asarray(idx[i])[:int(n[i])]
+            logits = np.asarray(exp.spec.model.apply(variables, x[rows])[0], np.float64)
+            logp = logits - logits.max(1, keepdims=True)
+            logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+            loss.append(-logp[np.arange(len(rows)), y[rows]].mean())
+            acc.append(np.mean(logits.argmax(1) == y[rows]))
+        return np.array(acc), np.array(loss)
+
+    acc, test_loss = by_hand(exp.data.test_idx, exp.data.test_n)
+    _, train_loss = by_hand(exp.data.train_idx, exp.data.train_n)
+    got = np.array([m[f"acc_{i}"][0] for i in range(cfg.clients)])
+    np.testing.assert_allclose(got, acc, atol=1e-6)
+    np.testing.assert_allclose([m["test_loss"][0], m["train_loss"][0]], [test_loss.mean(), train_loss.mean()],
+                               rtol=1e-5)
+    assert not np.allclose([m[f"acc_{i}"][1] for i in range(cfg.clients)], acc)  # row 1: the model moved
+
+
 # ---- resume and extension, checkpoints (experiment/loop.py, rundir.py) --------------------------
 
 RESUME = dict(SMALL, algorithm="fedadmm", eval_every=2, checkpoint_every="1")

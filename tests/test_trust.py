@@ -352,17 +352,24 @@ def test_ctrl_c_during_the_first_compile_exits_130_without_a_crash(tmp_path):
 
 def test_a_second_ctrl_c_exits_at_once_and_leaves_a_resumable_folder(tmp_path):
     a = tmp_path / "a"
-    proc = _start(a, "--eval-every", "100000")  # one long chunk
-    _wait_for(lambda: (a / "metrics.csv").exists() and len((a / "metrics.csv").read_text().splitlines()) >= 2, proc)
-    time.sleep(1.0)  # inside the long chunk
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)
-    t0 = time.time()
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    assert main(["run", *TINY, "--rounds", "1", "--out", str(a)]) == 0
+    log = tmp_path / "stderr"
+    cmd = [sys.executable, "-m", "fedalf_jax.cli", "run", "--resume", "--out", str(a), "--rounds", "100000",
+           "--eval-every", "100000"]  # one long chunk, with the progress display naming its stages
+    with open(log, "w") as err_file:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=err_file, text=True)
+        # inside the long chunk: its rounds named after its program was compiled
+        _wait_for(lambda: "(rounds 2–100000)" in log.read_text().rpartition("(compiling)")[2], proc)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        t0 = time.time()
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    err = log.read_text()
     assert proc.returncode == 130 and time.time() - t0 < 10, err
     assert "Ctrl-C again" in err and "Segmentation" not in err, err
-    assert _rounds(a) == [0] and not (a / "summary.json").exists()
+    assert _rounds(a) == [0, 1] and RunDir(a).checkpoint_round() == 1
     assert main(["run", "--resume", "--out", str(a), "--rounds", "2", "--eval-every", "1", "--no-progress"]) == 0
     assert _rounds(a) == [0, 1, 2]
 

@@ -384,9 +384,19 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             if on_row is not None:
                 on_row(slot, row)
 
-    def initial(state):
-        state, out = program(state, hp, data, 0)
-        return state, to_host(out), to_host(program.train_loss(state, hp, data))
+    def row0(state, variables0):
+        """Round 0's row, evaluated after the first chunk so that the first round shows up sooner (its
+        train loss is a pass over every training sample: most of the start-up's time on a CPU). The
+        chunks donate the state, so the initial variables were kept as a copy; the evaluation-only
+        program returns the rest of the state as it was given."""
+        def work():
+            st, out = program(state._replace(variables=variables0), hp, data, 0)
+            tl = program.train_loss(st, hp, data)
+            return st._replace(variables=state.variables), to_host(out), to_host(tl)
+        with stage(progress, "evaluating round 0"):
+            st, out, tl = _interruptible(work)
+        record(0, out, tl, math.nan)
+        return st
 
     def chunk(state, length, want_tl):
         fn = program.compiled(length, state, hp, data)
@@ -398,13 +408,10 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
 
     state, hp, data = program.place(state, hp, data)
     t = start
+    # The initial variables, evaluated as round 0 once the first chunk has run (``row0``).
+    variables0 = jax.tree_util.tree_map(jnp.copy, state.variables) if start == 0 else None
     try:
         with INTERRUPT.active():
-            if start == 0 and not INTERRUPT.requested:
-                INTERRUPT.until = 0
-                with stage(progress, "evaluating round 0"):
-                    state, out, tl = _interruptible(initial, state)
-                record(0, out, tl, math.nan)
             while t < cfg.rounds and any(s is not None and s.live for s in slots) and not INTERRUPT.requested:
                 length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)
                 t_next = t + length
@@ -416,6 +423,8 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 state, out, sec, tl = _interruptible(chunk, state, length, want_tl)
                 if progress is not None:
                     progress.end_call(length)
+                if variables0 is not None:
+                    state, variables0 = row0(state, variables0), None
                 t = t_next
                 record(t, out, tl, sec)
                 state = _retire_diverged(slots, state, hp, data, batched, progress, t)
@@ -424,6 +433,8 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                     ckpt.wait()  # the previous one written (or its failure raised) before the next is queued
                     _checkpoint(ckpt, slots, state, batched)
                     schedule.done(t)
+            if variables0 is not None:  # no chunk ran (zero rounds, or Ctrl-C before the first)
+                state, variables0 = row0(state, variables0), None
             ckpt.wait()
             if INTERRUPT.requested and t < cfg.rounds:
                 raise Interrupted(t, [s.rundir.path for s in slots if s is not None and s.rundir is not None],
