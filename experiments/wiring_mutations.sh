@@ -133,4 +133,22 @@ mutate fedalf_jax/sim/qp.py "    lam, it = jax.vmap(lambda q, k, x: _solve_activ
   "gpu: a batch's problems share one step count" "$Q -k active_is"
 mutate fedalf_jax/experiment/config.py '        return d.get(k, defaults.get(k, "<missing>"))' '        return d.get(k, "<missing>")' \
   "gpu: a run from before a new option cannot resume" "$T -k new_option"
+# issue #15: where the noise goes, the noise-aware server, the private defaults (labels "private")
+PF=tests/test_private_fedalf.py
+mutate fedalf_jax/sim/round.py 'src = T.sub(w, theta) if spec.ldp_on == "update" else w' 'src = w' \
+  "private: --ldp-on update perturbs the weights" "$PF -k ldp_on_perturbs"
+mutate fedalf_jax/sim/fairness.py 'jnp.sum(R[:, :m, :m]) - noise_sq' 'jnp.sum(R[:, :m, :m])' \
+  "private: the denoised length keeps the noise" "$PF -k denoised_fair_norm"
+mutate fedalf_jax/sim/round.py 'jnp.sum(jnp.square(a.astype(jnp.float32)) * v)' 'jnp.sum(jnp.abs(a.astype(jnp.float32)) * v)' \
+  "private: the upload's coefficient not squared" "$PF -k coefficient_squared"
+mutate fedalf_jax/sim/privacy.py 'return (k * k - 1.0) * jnp.square((noisy - c) / k)' 'return (k * k - 1.0) * jnp.square(noisy - c)' \
+  "private: adaptive variance from |w̃ − c| without 1/k" "$PF -k exact_variance"
+mutate fedalf_jax/sim/round.py '        noise_var = upload_noise(up, w_tilde, var)' '        pass' \
+  "private: the clients' noise variance never reaches the server" "$PF -k round_carries"
+mutate fedalf_jax/sim/algorithms.py 'noise = jnp.sum(s.noise_var) if fair_norm == "denoised"' 'noise = jnp.sum(s.noise_var) if fair_norm == "raw"' \
+  "private: the fair server ignores --fair-norm denoised" "$PF -k round_carries"
+mutate fedalf_jax/experiment/config.py '_PRIVATE_DEFAULTS = {"ldp_on": "update",' '_PRIVATE_DEFAULTS = {"ldp_on": "weights",' \
+  "private: a private run's default puts the noise on the weights" "$PF -k guarantee_holding"
+mutate fedalf_jax/experiment/config.py '    d = {**LEGACY, **d}' '    d = dict(d)' \
+  "private: a run from before --ldp-on resumes with today's defaults" "$PF -k before_these_options"
 exit $status

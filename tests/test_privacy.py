@@ -514,17 +514,21 @@ from fedalf_jax.experiment.config import Config, ConfigError, privacy_guarantee 
 # an ADMM upload with dual_from=local adds w − θ (increment) or λ/ρ (augmented); model keeps the dual
 # on the client; dual_from=perturbed builds the dual from w̃.
 GUARANTEE_TABLE = [
-    (dict(algorithm="fedavg", ldp="adaptive"), True, "sign of each weight"),
+    (dict(algorithm="fedavg", ldp="adaptive", ldp_on="weights"), True, "sign of each weight"),
+    (dict(algorithm="fedavg", ldp="adaptive"), True, "sign of each value of the update"),  # private default
     (dict(algorithm="fedavg", dp="gaussian"), True, "epsilon=1.61"),
     (dict(algorithm="fedavg", dp="gaussian", epsilon=10.0), True, "short of the nominal epsilon=10"),
-    (dict(algorithm="fedprox", ldp="ldp_fl"), True, "per weight given each tensor's centre and radius"),
+    (dict(algorithm="fedprox", ldp="ldp_fl", ldp_on="weights"), True, "per weight given each tensor's centre and radius"),
     (dict(algorithm="qfedavg", dp="gaussian", neighbouring="replace"), True, "under replace"),
     (dict(algorithm="fedlf", client_grad="local", ldp="adaptive"), True, "(θ_t − w̃_i)/η_l"),
-    (dict(algorithm="fedalf", ldp="adaptive"), False, "increment upload"),  # the defaults: increment, local
-    (dict(algorithm="fedalf", dp="gaussian"), False, "(λ_i − λ_i⁻)/ρ = w_i − θ_t"),
-    (dict(algorithm="fedalf", ldp="ldp_fl", history=False), False, "dual_from=local"),
+    (dict(algorithm="fedalf", ldp="adaptive", server_target="increment"), False, "increment upload"),
+    # a private FedALF's defaults: the model upload, the dual from the local model, the noise on the update
+    (dict(algorithm="fedalf", ldp="adaptive"), True, "stays on the client"),
+    (dict(algorithm="fedalf", dp="gaussian", server_target="increment"), False, "(λ_i − λ_i⁻)/ρ = w_i − θ_t"),
+    (dict(algorithm="fedalf", ldp="ldp_fl", history=False, server_target="increment"), False, "dual_from=local"),
     (dict(algorithm="fedalf", ldp="adaptive", server_target="augmented"), False, "augmented upload"),
-    (dict(algorithm="fedalf", ldp="adaptive", dual_from="perturbed"), True, "dual_from=perturbed"),
+    (dict(algorithm="fedalf", ldp="adaptive", dual_from="perturbed", server_target="increment"), True,
+     "dual_from=perturbed"),
     (dict(algorithm="fedalf", dp="gaussian", dual_from="perturbed", server_target="augmented"), True,
      "augmented upload is a function"),
     (dict(algorithm="fedalf", ldp="adaptive", server_target="model"), True, "stays on the client"),
@@ -533,7 +537,8 @@ GUARANTEE_TABLE = [
     (dict(algorithm="fedadmm", ldp="ldp_fl", server_target="augmented", dual_from="perturbed"), True,
      "dual_from=perturbed"),
     (dict(algorithm="fedavg", ldp="adaptive", epsilon=17.0), False, "released exactly"),
-    (dict(algorithm="fedalf", ldp="adaptive", dual_from="perturbed", epsilon=16.0), True, "sign of each weight"),
+    (dict(algorithm="fedalf", ldp="adaptive", dual_from="perturbed", epsilon=16.0, ldp_on="weights"), True,
+     "sign of each weight"),
 ]
 
 
@@ -546,7 +551,7 @@ def test_privacy_guarantee_table(options, holds, phrase):
     assert "\n" not in why
     rec = cfg.privacy
     assert rec["guarantee"] == ("holds" if holds else "does not hold") and rec["why"] == why
-    assert rec["dual_from"] == options.get("dual_from", "local")
+    assert rec["dual_from"] == options.get("dual_from", "local")  # a private run's default too
 
 
 def test_privacy_guarantee_of_unvalidated_and_non_private_configs():
@@ -628,9 +633,9 @@ def test_report_shows_whether_the_guarantee_holds(tmp_path):
     from fedalf_jax.experiment.report import report
 
     root = tmp_path / "runs"
-    make_run(root, "local", final_acc=0.7, final_angle=5.0, algorithm="fedalf", ldp="adaptive")
+    make_run(root, "local", final_acc=0.7, final_angle=5.0, algorithm="fedalf", ldp="adaptive", server_target="increment")
     make_run(root, "perturbed", final_acc=0.6, final_angle=6.0, algorithm="fedalf", ldp="adaptive",
-             dual_from="perturbed")
+             dual_from="perturbed", server_target="increment")
     make_run(root, "plain", final_acc=0.8, final_angle=4.0, algorithm="fedavg")
     # summary.json's record wins over the options (a DP-FedAvg run would compute "holds")
     make_run(root, "recorded", final_acc=0.5, final_angle=7.0, algorithm="fedavg", dp="gaussian")
@@ -657,4 +662,4 @@ def test_report_shows_whether_the_guarantee_holds(tmp_path):
     assert "- LDP-FedALF (dual_from=local): **does not hold**: with dual_from=local the increment upload" in md
     with open(res["csv"]) as f:
         header = f.readline().strip().split(",")
-    assert header[-1] == "guarantee"
+    assert header[-3:] == ["guarantee", "eps_spent", "eps_spent_delta"]

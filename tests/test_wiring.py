@@ -61,7 +61,8 @@ def test_every_client_of_a_round_gets_its_own_key_and_shuffle():
 def test_privacy_noise_is_independent_across_clients():
     # identical data and a huge step count would make the models equal; the LDP sign flips must still
     # be independent per client: the correlation of two clients' flip patterns is near 0
-    exp = build(Config(algorithm="fedavg", partition="iid", ldp="adaptive", epsilon=0.5, lr=1e-9, **SMALL))
+    exp = build(Config(algorithm="fedavg", partition="iid", ldp="adaptive", ldp_on="weights", epsilon=0.5, lr=1e-9,
+                       **SMALL))
     state = init_state(exp.spec, 0)
     _, _, outs = jax.jit(lambda s: client_phase(exp.spec, s, exp.hp, exp.data))(state)
     # lr ≈ 0: w_i = θ for every client, and w̃ = c ± kδ with δ = θ − c, so Δ_i = θ − w̃_i = δ(1 ∓ k):

@@ -35,11 +35,12 @@ def hparams(cfg: Config) -> A.HParams:
 
 def algorithm(cfg: Config, layer_of) -> A.Algorithm:
     """The algorithm's keyword factory called with the config's static choices."""
-    fair = dict(history=cfg.resolved_history, merge_tol=cfg.merge_tol, qp_method=cfg.qp_method)
+    fair = dict(history=cfg.resolved_history, merge_tol=cfg.merge_tol, qp_method=cfg.qp_method,
+                fair_norm=cfg.resolved_fair_norm)
     kw = {
-        "fedadmm": dict(server_target=cfg.resolved_server_target, dual_from=cfg.dual_from),
+        "fedadmm": dict(server_target=cfg.resolved_server_target, dual_from=cfg.resolved_dual_from),
         "fedlf": dict(client_grad=cfg.client_grad, **fair),
-        "fedalf": dict(server_target=cfg.resolved_server_target, dual_from=cfg.dual_from, **fair),
+        "fedalf": dict(server_target=cfg.resolved_server_target, dual_from=cfg.resolved_dual_from, **fair),
     }.get(cfg.algorithm, {})
     factory = A.FACTORIES[cfg.algorithm]
     return factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
@@ -119,7 +120,7 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
     layer_of = layer_ids(params_shape, cfg.layers)
     return RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs,
-                     batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, dp=cfg.dp,
+                     batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, ldp_on=cfg.resolved_ldp_on, dp=cfg.dp,
                      neighbouring=cfg.neighbouring, client_devices=client_devices,
                      state_dtype=jnp.dtype(cfg.state_dtype),
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..sim.algorithms import DUAL_FROM, FACTORIES, SERVER_TARGETS
+from ..sim.algorithms import DUAL_FROM, FACTORIES, FAIR_NORMS, SERVER_TARGETS
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, NEIGHBOURING, gaussian_epsilon
 
 ALGORITHMS = tuple(FACTORIES)
@@ -28,6 +28,7 @@ MODELS = ("cnn", "cnn_bn", "mlp")
 LDPS = LDP_NAMES
 DPS = ("none", "gaussian")
 CLIENT_GRADS = ("full", "local")
+LDP_ON = ("weights", "update")  # what a local mechanism perturbs: w (the paper's reading) or w − θ
 LAYERS = ("module", "tensor")
 QP_METHODS = ("auto", "active", "osqp", "pgd")
 CLIENT_MAPS = ("auto", "vmap", "map")
@@ -59,6 +60,16 @@ _ADMM_DEFAULTS = {
 }
 
 
+# A private run (a mechanism on) that leaves these options unset gets the guarantee-holding variant that
+# trained best in docs/results.md §5 (MLP, pat1 and pat2, 200 rounds, 5 seeds, epsilon = 2): the noise on
+# the update, the server's fair direction rescaled with the noise's share removed, and the ADMM upload
+# of the model alone (the dual stays on the client), so that the upload is the mechanism's output.
+_PRIVATE_DEFAULTS = {"ldp_on": "update", "fair_norm": "denoised", "server_target": "model", "dual_from": "local"}
+_PRIVATE_SERVER_LR = {"fedalf": (0.5, 0.999)}
+# Options added after runs were made: a run directory whose config.json lacks one ran with this value.
+LEGACY = {"ldp_on": "weights", "fair_norm": "raw"}
+
+
 # Options that may change when a run is resumed: its length, its cadences, its writers and its folder.
 # Every other option is part of the run's identity (Config.identity).
 BOOKKEEPING = ("rounds", "eval_every", "train_loss_every", "checkpoint_every", "log", "out")
@@ -71,7 +82,7 @@ def identity_digest(identity: dict) -> str:
 def identity_diff(a: dict, b: dict) -> list[str]:
     """The options whose values differ between two identities (sorted). An option one of them lacks
     (recorded before the option existed) counts with its default, the value it ran with."""
-    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    defaults = {**{f.name: f.default for f in dataclasses.fields(Config)}, **LEGACY}
 
     def get(d, k):
         return d.get(k, defaults.get(k, "<missing>"))
@@ -82,6 +93,22 @@ def identity_diff(a: dict, b: dict) -> list[str]:
 # Keys that config.json carries for the reader but that are derived from the options (Config.privacy):
 # Config.from_dict ignores them, so a run directory's config.json goes back through --config as it is.
 DERIVED_KEYS = ("privacy",)
+
+
+def from_run(d: dict) -> dict:
+    """A run directory's saved config (config.json, or a sweep.json entry) as it ran: an option it lacks
+    was added after it was written, and it ran with that option's :data:`LEGACY` value; the per-algorithm
+    defaults that a private run now resolves differently (``_PRIVATE_DEFAULTS``) are filled in with the
+    values it resolved then, so ``--resume`` continues it unchanged."""
+    if "ldp_on" in d:
+        return d
+    d = {**LEGACY, **d}
+    if d.get("ldp", "none") != "none" or d.get("dp", "none") != "none":
+        then = Config.from_dict({**d, "ldp": "none", "dp": "none"})  # how defaults resolved before
+        for name in ("server_target", "server_lr", "server_lr_decay", "dual_from"):
+            if d.get(name) is None:
+                d[name] = getattr(then, f"resolved_{name}")
+    return d
 
 
 class ConfigError(ValueError):
@@ -128,9 +155,11 @@ class Config:
     merge_tol: float = 1e-6
     qp_method: str = "auto"  # active-set up to 256 QP rows, pgd above (fedalf_jax/sim/qp.py)
     server_target: Optional[str] = None  # the ADMM upload; default per algorithm (_ADMM_DEFAULTS)
-    dual_from: str = "local"  # the paper's; "perturbed" diverged at ε=2 (docs/privacy.md)
+    dual_from: Optional[str] = None  # local (the paper's) or perturbed; default: local
+    fair_norm: Optional[str] = None  # raw or denoised (a private run's default): the fair direction's length
     # privacy (docs/privacy.md)
     ldp: str = "none"
+    ldp_on: Optional[str] = None  # weights (the paper's reading) or update (a private run's default)
     dp: str = "none"
     epsilon: float = 2.0
     delta: float = 1e-5
@@ -146,14 +175,41 @@ class Config:
 
     # ---- derived values -------------------------------------------------------------
     @property
+    def private(self) -> bool:
+        """A privacy mechanism is on (local or Gaussian DP)."""
+        return self.ldp != "none" or self.dp != "none"
+
+    def _default(self, name: str):
+        if self.private and name in _PRIVATE_DEFAULTS:
+            return _PRIVATE_DEFAULTS[name]
+        return {"ldp_on": "weights", "fair_norm": "raw", "dual_from": "local"}[name]
+
+    @property
+    def resolved_ldp_on(self) -> str:
+        return self.ldp_on if self.ldp_on is not None else self._default("ldp_on")
+
+    @property
+    def resolved_fair_norm(self) -> str:
+        return self.fair_norm if self.fair_norm is not None else self._default("fair_norm")
+
+    @property
+    def resolved_dual_from(self) -> str:
+        return self.dual_from if self.dual_from is not None else self._default("dual_from")
+
+    def _server_defaults(self) -> tuple:
+        if self.private and self.algorithm in _PRIVATE_SERVER_LR:
+            return _PRIVATE_SERVER_LR[self.algorithm]
+        return _SERVER_DEFAULTS[self.algorithm]
+
+    @property
     def resolved_server_lr(self) -> float:
-        return self.server_lr if self.server_lr is not None else _SERVER_DEFAULTS[self.algorithm][0]
+        return self.server_lr if self.server_lr is not None else self._server_defaults()[0]
 
     @property
     def resolved_server_lr_decay(self) -> float:
         if self.server_lr_decay is not None:
             return self.server_lr_decay
-        return _SERVER_DEFAULTS[self.algorithm][1]
+        return self._server_defaults()[1]
 
     @property
     def resolved_history(self) -> bool:
@@ -169,6 +225,8 @@ class Config:
     def resolved_server_target(self) -> str:
         if self.server_target is not None:
             return self.server_target
+        if self.private and self.algorithm in _ADMM:
+            return _PRIVATE_DEFAULTS["server_target"]
         return _ADMM_DEFAULTS.get(self.algorithm, ("increment", 1.0))[0]
 
     # ---- (de)serialisation ----------------------------------------------------------
@@ -181,7 +239,8 @@ class Config:
         ``--resume`` refuses a config whose identity differs."""
         d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING}
         d.update(server_lr=self.resolved_server_lr, server_lr_decay=self.resolved_server_lr_decay,
-                 rho=self.resolved_rho, server_target=self.resolved_server_target, history=self.resolved_history)
+                 rho=self.resolved_rho, server_target=self.resolved_server_target, history=self.resolved_history,
+                 dual_from=self.resolved_dual_from, fair_norm=self.resolved_fair_norm, ldp_on=self.resolved_ldp_on)
         return d
 
     @classmethod
@@ -218,12 +277,14 @@ class Config:
         ``why`` (:func:`privacy_guarantee`), and ``not_covered``: what else leaves the client un-noised,
         outside the guarantee (:func:`privacy_not_covered`)."""
         if self.ldp != "none":
-            out = {"mechanism": self.ldp, "epsilon": self.epsilon, "per": "weight sign" if self.ldp == "adaptive"
-                   else "weight, given the tensor's centre and radius", "dual_from": self.dual_from}
+            value = "weight" if self.resolved_ldp_on == "weights" else "update value"
+            out = {"mechanism": self.ldp, "epsilon": self.epsilon, "on": self.resolved_ldp_on,
+                   "per": f"{value} sign" if self.ldp == "adaptive"
+                   else f"{value}, given the tensor's centre and radius", "dual_from": self.resolved_dual_from}
         elif self.dp == "gaussian":
             out = {"mechanism": "gaussian", "epsilon_nominal": self.epsilon, "delta": self.delta,
                    "epsilon_exact": gaussian_epsilon(self.epsilon, self.delta), "clip": self.clip,
-                   "neighbouring": self.neighbouring, "dual_from": self.dual_from}
+                   "neighbouring": self.neighbouring, "dual_from": self.resolved_dual_from}
         else:
             return {}
         holds, why = privacy_guarantee(self)
@@ -260,7 +321,9 @@ class Config:
         _choice("layers", self.layers, LAYERS)
         if self.server_target is not None:
             _choice("server_target", self.server_target, SERVER_TARGETS)
-        _choice("dual_from", self.dual_from, DUAL_FROM)
+        for name, choices in (("dual_from", DUAL_FROM), ("fair_norm", FAIR_NORMS), ("ldp_on", LDP_ON)):
+            if getattr(self, name) is not None:
+                _choice(name, getattr(self, name), choices)
         _choice("qp_method", self.qp_method, QP_METHODS)
         _choice("client_map", self.client_map, CLIENT_MAPS)
         _choice("run_map", self.run_map, CLIENT_MAPS)
@@ -343,12 +406,13 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     if cfg.model == "cnn_bn":
         return False, "cnn_bn's batch-norm statistics leave the client un-noised (the server averages them)"
     target = cfg.resolved_server_target
-    if cfg.algorithm in _ADMM and cfg.dual_from == "local" and target == "increment":
+    dual_from = cfg.resolved_dual_from
+    if cfg.algorithm in _ADMM and dual_from == "local" and target == "increment":
         return False, ("with dual_from=local the increment upload w̃_i + (λ_i − λ_i⁻)/ρ includes the dual change "
                        "(λ_i − λ_i⁻)/ρ = w_i − θ_t, computed from the un-noised local model and never clipped, so "
                        "the upload is the mechanism's output plus the un-noised local change, not a function of the "
                        "output alone (dual_from=perturbed keeps the guarantee)")
-    if cfg.algorithm in _ADMM and cfg.dual_from == "local" and target == "augmented":
+    if cfg.algorithm in _ADMM and dual_from == "local" and target == "augmented":
         return False, ("with dual_from=local the augmented upload w̃_i + λ_i/ρ includes the dual λ_i/ρ, the sum of "
                        "the client's un-noised local changes w_i − θ_t (at its first participation exactly that "
                        "change), so the upload is not a function of the mechanism's output "
@@ -358,7 +422,7 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
                        f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly")
     if cfg.algorithm in _ADMM and target == "model":
         upload = ("the model upload sends only the mechanism's output w̃_i (the dual, computed from the un-noised "
-                  "model with dual_from=local, stays on the client)" if cfg.dual_from == "local" else
+                  "model with dual_from=local, stays on the client)" if dual_from == "local" else
                   "the model upload sends only the mechanism's output w̃_i")
     elif cfg.algorithm in _ADMM:
         upload = (f"with dual_from=perturbed the dual follows w̃_i and the {target} upload is a function of the "
@@ -367,12 +431,13 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
         upload = "the upload (θ_t − w̃_i)/η_l is a function of the mechanism's output w̃_i and public values"
     else:
         upload = "the upload is the mechanism's output w̃_i"
+    value = "weight" if cfg.resolved_ldp_on == "weights" else "value of the update w_i − θ_t"
     if mech == "adaptive":
-        what = (f"epsilon={cfg.epsilon:g}-LDP for the sign of each weight only, given |δ| and each tensor's centre "
-                f"and radius, which pass through un-noised")
+        what = (f"epsilon={cfg.epsilon:g}-LDP for the sign of each {value} only, given |δ| and each tensor's "
+                f"centre and radius, which pass through un-noised")
     elif mech == "ldp_fl":
-        what = (f"epsilon={cfg.epsilon:g}-LDP per weight given each tensor's centre and radius, which pass "
-                f"through un-noised (d·epsilon for a tensor of d weights)")
+        what = (f"epsilon={cfg.epsilon:g}-LDP per {value} given each tensor's centre and radius, which pass "
+                f"through un-noised (d·epsilon for a tensor of d values)")
     else:
         exact = gaussian_epsilon(cfg.epsilon, cfg.delta)
         short = f", short of the nominal epsilon={cfg.epsilon:g}" if exact > cfg.epsilon * (1 + 1e-9) else ""

@@ -34,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..sim.round import RunState, device_mesh, init_state
 from ..sim.train import make_chunk, train_losses
+from . import accounting
 from . import metrics as M
 from .build import build
 from .config import Config, ConfigError
@@ -406,6 +407,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         sec = (time.perf_counter() - t0) / length
         return state, out, sec, (to_host(program.train_loss(state, hp, data)) if want_tl else None)
 
+    sizes = _param_sizes(state.variables, batched)  # the tensors a mechanism perturbs: privacy_spent
     state, hp, data = program.place(state, hp, data)
     t = start
     # The initial variables, evaluated as round 0 once the first chunk has run (``row0``).
@@ -445,7 +447,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         ckpt.close()
         for slot in slots:
             if slot is not None:
-                _finish(slot, program.compile_s)
+                _finish(slot, program.compile_s, sizes)
 
 
 def _stopped_message(err: WriteError, slots, t: int) -> str:
@@ -487,7 +489,26 @@ def _checkpoint(ckpt: Checkpointer, slots, state, batched: bool) -> None:
         ckpt.submit(lambda rd=slot.rundir, s=s, c=slot.cfg: rd.save_checkpoint(s, c))
 
 
-def _finish(slot: Slot, compile_s: float) -> None:
+def _param_sizes(variables, batched: bool = False) -> dict[str, int]:
+    """The number of values of each tensor of the model's ``params`` (by its path, e.g.
+    ``Dense_0/kernel``), without a batch's leading run axis."""
+    params = variables.get("params", variables) if hasattr(variables, "get") else variables
+    out = {}
+    for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
+        name = "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+        out[name] = int(np.prod(np.shape(x)[1:] if batched else np.shape(x)))
+    return out
+
+
+def _privacy_spent(cfg: Config, rounds_done: int, sizes=None) -> dict:
+    """:func:`accounting.spent`; a failure of the accountant is recorded, never loses the summary."""
+    try:
+        return accounting.spent(cfg, rounds_done, sizes)
+    except Exception as e:  # noqa: BLE001 - the summary must be written
+        return {"error": f"the privacy accountant failed: {type(e).__name__}: {e}"}
+
+
+def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None) -> None:
     for w in slot.writers:
         w.close()
     slot.writers = []
@@ -505,6 +526,9 @@ def _finish(slot: Slot, compile_s: float) -> None:
         summary["message"] = slot.message
     if slot.cfg.privacy:
         summary["privacy"] = slot.cfg.privacy
+    spent = _privacy_spent(slot.cfg, int(last["round"]), sizes)
+    if spent:
+        summary["privacy_spent"] = spent
     try:
         slot.rundir.write_summary(summary)
     except WriteError as e:
@@ -585,8 +609,12 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
     prog = Program(exp.spec, progress=bar)
 
     def show(slot, row):
+        try:
+            eps = accounting.epsilon_spent(cfg, int(row["round"]))
+        except Exception:  # noqa: BLE001 - the progress line never stops a run (summary.json says why)
+            eps = None
         bar.postfix(acc=f"{row['mean_acc']:.4f}", angle=f"{row['angle_deg']:.2f}°",
-                    s_round=f"{row['seconds_per_round']:.3f}")
+                    s_round=f"{row['seconds_per_round']:.3f}", **({} if eps is None else {"eps": f"{eps:.3g}"}))
 
     try:
         train(prog, [slot], state, exp.hp, exp.data, start=start, progress=bar, on_row=show)

@@ -44,7 +44,7 @@ import jax
 import numpy as np
 
 from ..sim.round import METRIC_KEYS
-from .config import Config, ConfigError, identity_diff, identity_digest
+from .config import Config, ConfigError, from_run, identity_diff, identity_digest
 from .writers import PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, read_csv_rows, tmp_name
 
 try:
@@ -392,10 +392,11 @@ class RunDir:
         return round, path
 
     def config_dict(self) -> dict:
+        """The run's config.json, with the values it ran with for options added since (:func:`from_run`)."""
         d = _read_json(self.path / CONFIG)
         if d is None:
             raise ConfigError(f"{self.path / CONFIG} not found; is {self.path} a run directory?")
-        return d
+        return from_run(d)
 
     def config(self) -> Config:
         return Config.from_dict(self.config_dict())

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..sim.round import ClientData, init_state
 from .build import check_devices, client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
-from .config import CONTINUOUS, Config, ConfigError
+from .config import CONTINUOUS, Config, ConfigError, from_run
 from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, say, train
 from .progress import Progress
 from .rundir import RunDir, read_sweep, write_sweep
@@ -209,7 +209,7 @@ def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compre
     for e in entries:
         # one checkpoint per run: one generation of the sweep's checkpoints on disk (RunDir.save_checkpoint)
         rd = RunDir(root / e["dir"], keep_previous=False, compress=compress)
-        cfg = Config.from_dict({**e["config"], "out": str(rd.path)})
+        cfg = Config.from_dict({**from_run(e["config"]), "out": str(rd.path)})
         members.setdefault(static_key(cfg), []).append((cfg, rd))
     calls = 0
     plans, total = [], 0

@@ -47,6 +47,7 @@ class ServerIn(NamedTuple):
     t: Any              # round index
     sel: Any            # sampled client ids, [m]
     sstate: Any         # server state (history rows) or ()
+    noise_var: Any = None  # [m]: Σ over Δ_i's values of their privacy-noise variance (needs_noise_var)
 
 
 SERVER_INFO = ("qp_iters", "qp_residual", "qp_fallback", "qp_blocks")
@@ -72,6 +73,7 @@ class Algorithm:
     needs_loss: bool = False   # the server uses l_i = f_i(θ_t)
     has_dual: bool = False     # ADMM: a dual per client lives in the run state
     init_server_state: Callable = _no_server_state  # (params, num_clients) -> server state
+    needs_noise_var: bool = False  # the server uses ServerIn.noise_var (under a privacy mechanism)
 
 
 # ---- local objectives ---------------------------------------------------------------------
@@ -167,12 +169,22 @@ def history_rows(last, sel, t):
     return (seen > m) & ~online & (last >= 0) & (last >= t - tau)
 
 
-def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: str):
-    """FedLF / FedALF: θ ← θ − η_g d with d the layer-wise fair direction (docs/algorithms.md)."""
+FAIR_NORMS = ("raw", "denoised")
+
+
+def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: str, fair_norm: str = "raw"):
+    """FedLF / FedALF: θ ← θ − η_g d with d the layer-wise fair direction (docs/algorithms.md).
+
+    ``fair_norm``: the length d is rescaled to, ``‖mean_i Δ_i‖`` of the uploads as received (``"raw"``),
+    or with the privacy noise's share removed (``"denoised"``: ``E‖Σ Δ̃_i‖² = ‖Σ Δ_i‖² + Σ_i Var Δ̃_i``,
+    the variances from ``ServerIn.noise_var``)."""
     from .fairness import fair_direction, update_history_gram
+    if fair_norm not in FAIR_NORMS:
+        raise ValueError(f"unknown fair_norm {fair_norm!r}; use one of {', '.join(FAIR_NORMS)}")
 
     def server(s: ServerIn):
-        kw = dict(layer_of=layer_of, merge_tol=merge_tol, qp_method=qp_method)
+        noise = jnp.sum(s.noise_var) if fair_norm == "denoised" and s.noise_var is not None else None
+        kw = dict(layer_of=layer_of, merge_tol=merge_tol, qp_method=qp_method, noise_sq=noise)
         if history:
             hist, last, gram = s.sstate
             mask = history_rows(last, s.sel, s.t)
@@ -223,22 +235,25 @@ def fedadmm(*, server_target: str = "model", dual_from: str = "local") -> Algori
 
 
 def fedlf(layer_of, *, client_grad: str = "full", history: bool = True, merge_tol: float = 1e-6,
-          qp_method: str = "auto") -> Algorithm:
+          qp_method: str = "auto", fair_norm: str = "raw") -> Algorithm:
     """FedLF: the layer-wise fair direction of the clients' full gradients (``client_grad="full"``)
     or of their scaled local-SGD changes ``(θ − w_i)/η_l`` (``"local"``)."""
     if client_grad not in ("full", "local"):
         raise ValueError(f"unknown client_grad {client_grad!r}; use 'full' or 'local'")
-    server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method)
+    server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
+                                          fair_norm=fair_norm)
     return Algorithm("fedlf", server=server, upload=scaled_model_upload, local_train=client_grad == "local",
-                     needs_loss=True, init_server_state=init_state)
+                     needs_loss=True, init_server_state=init_state, needs_noise_var=fair_norm == "denoised")
 
 
 def fedalf(layer_of, *, server_target: str = "increment", dual_from: str = "local", history: bool = True,
-           merge_tol: float = 1e-6, qp_method: str = "auto") -> Algorithm:
+           merge_tol: float = 1e-6, qp_method: str = "auto", fair_norm: str = "raw") -> Algorithm:
     """FedALF: FedADMM's clients and upload, FedLF's fair server."""
-    server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method)
+    server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
+                                          fair_norm=fair_norm)
     return Algorithm("fedalf", server=server, upload=make_admm_upload(server_target, dual_from),
-                     penalty=admm_penalty, needs_loss=True, has_dual=True, init_server_state=init_state)
+                     penalty=admm_penalty, needs_loss=True, has_dual=True, init_server_state=init_state,
+                     needs_noise_var=fair_norm == "denoised")
 
 
 FACTORIES = {"fedavg": fedavg, "fedprox": fedprox, "qfedavg": qfedavg, "fedadmm": fedadmm, "fedlf": fedlf,

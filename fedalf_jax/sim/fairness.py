@@ -183,7 +183,7 @@ def _merge_once(bid, nonempty, zero):
 
 
 def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=None, history_gram=None,
-                   merge_tol=1e-6, qp_method="auto", num_layers=None):
+                   merge_tol=1e-6, qp_method="auto", num_layers=None, noise_sq=None):
   """Fair direction ``d`` of docs/algorithms.md §3.2 steps 1–6 (gradient sign, already rescaled).
 
   Args:
@@ -198,6 +198,9 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
     merge_tol: step 4 threshold (static).
     qp_method: ``"auto"``, ``"osqp"`` or ``"pgd"`` (static), see :mod:`fedalf_jax.qp`.
     num_layers: static number of layers ``K`` (default ``max(layer_of) + 1``).
+    noise_sq: optional scalar ``Σ_i Var Δ̃_i`` (summed over every value) of privacy noise in the rows:
+      step 5 then rescales to ``sqrt(max(‖Σ_i Δ̃_i‖² − noise_sq, 0))/m``, an estimate of the noise-free
+      ``‖mean_i Δ_i‖`` (``E‖Σ Δ̃_i‖² = ‖Σ Δ_i‖² + Σ_i Var Δ̃_i`` for independent zero-mean noise).
 
   Returns:
     ``(d, info)``: ``d`` a pytree like one client's tree; ``info`` a dict with ``model_conflicts``
@@ -240,14 +243,15 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
       history_mask = jnp.asarray(history_mask, bool)
   elif history_gram is not None:
     raise ValueError("history_gram was given without history rows")
-  d_leaves, info = _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gram, ids=ids,
+  noise_sq = jnp.zeros((), dtype) if noise_sq is None else jnp.asarray(noise_sq, dtype)
+  d_leaves, info = _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gram, noise_sq, ids=ids,
                                           num_layers=K, merge_tol=float(merge_tol),
                                           qp_method=qp_method)
   return jax.tree_util.tree_unflatten(treedef, d_leaves), info
 
 
 @functools.partial(jax.jit, static_argnames=("ids", "num_layers", "merge_tol", "qp_method"))
-def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gram, *, ids, num_layers,
+def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gram, noise_sq, *, ids, num_layers,
                            merge_tol, qp_method):
   """:func:`fair_direction` on flat leaf lists (jitted, so eager calls hit the compile cache).
 
@@ -269,7 +273,7 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gr
   coefficients = functools.partial(_coefficients, m=m, merge_tol=merge_tol, qp_method=qp_method)
   if resolve_method(qp_method, R.shape[-1] + 1) == "osqp":
     coefficients = per_run(coefficients)  # one ADMM loop per run: a shared one would couple the runs
-  W, info = coefficients(R, losses.reshape((m,)), hmask)
+  W, info = coefficients(R, losses.reshape((m,)), hmask, noise_sq)
   d_leaves = []
   for i, (x, k) in enumerate(zip(leaves, ids)):
     d = jnp.einsum("i,i...->...", W[k, :m], x, precision=_HI)
@@ -282,7 +286,7 @@ def _fair_direction_leaves(leaves, losses, hist_leaves, history_mask, history_gr
   return d_leaves, info
 
 
-def _coefficients(R, losses, hmask, *, m, merge_tol, qp_method):
+def _coefficients(R, losses, hmask, noise_sq, *, m, merge_tol, qp_method):
   """Steps 1–6 from the per-layer raw Grams ``R [K, r, r]``: the coefficients ``W [K, r]`` of the
   (rescaled) direction over the raw rows, ``d_L = W_L · rows``, and the info dict."""
   K = R.shape[0]
@@ -323,7 +327,7 @@ def _coefficients(R, losses, hmask, *, m, merge_tol, qp_method):
   P = jnp.einsum("krs,ks->kr", R, W, precision=_HI)[:, :m]  # Δ_{i,L}·d_L  [K, m]
   dots = jnp.sum(P, axis=0)  # Δ_i·d
   d_norm = jnp.sqrt(jnp.maximum(jnp.sum(W * jnp.einsum("krs,ks->kr", R, W, precision=_HI)), 0.0))
-  mean_norm = jnp.sqrt(jnp.maximum(jnp.sum(R[:, :m, :m]), 0.0)) / m
+  mean_norm = jnp.sqrt(jnp.maximum(jnp.sum(R[:, :m, :m]) - noise_sq, 0.0)) / m
   scale = jnp.where(d_norm > 0, mean_norm / jnp.where(d_norm > 0, d_norm, 1.0), 1.0)
   fallback = jnp.max(-scale * dots) > _FALLBACK_TOL
   factor = jnp.where(fallback, 1.0, scale)

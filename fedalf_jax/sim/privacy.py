@@ -151,30 +151,49 @@ def _k_factor(eps):
 # ---------------------------------------------------------------------------------------------
 
 
-def _per_tensor(key, params: PyTree, epsilon, layer_of, draw) -> PyTree:
+def _per_tensor(key, params: PyTree, epsilon, layer_of, draw, variance=None):
     """Apply ``draw(key, w, c, r, ε, k)`` to every perturbable leaf, each with its own key and with
-    the centre ``c`` and radius ``r`` of its tensor (or of its ``layer_of`` group)."""
+    the centre ``c`` and radius ``r`` of its tensor (or of its ``layer_of`` group).
+
+    With ``variance(noisy, c, r, ε, k)`` it returns ``(released, var)``: ``var`` the per-value noise
+    variance the server can compute from the released value and its tensor's ``c``, ``r`` (zeros for
+    leaves that pass through)."""
     leaves, treedef, ids = _layer_ids(params, layer_of)
     if not leaves:
-        return params
+        return params if variance is None else (params, params)
     keys = _leaf_keys(key, len(leaves))
     cr = _centre_radius(leaves, ids)
-    out = []
+    out, var = [], []
     for i, leaf in enumerate(leaves):
         if cr[i] is None:
             out.append(leaf)
+            var.append(jnp.zeros(jnp.shape(leaf), jnp.float32))
             continue
         c, r = cr[i]
         w = jnp.asarray(leaf).astype(c.dtype)
         eps = jnp.asarray(epsilon).astype(c.dtype)
-        noisy = draw(keys[i], w, c, r, eps, _k_factor(eps))
+        k = _k_factor(eps)
+        noisy = draw(keys[i], w, c, r, eps, k)
         # a tensor with a non-finite entry has a non-finite c or r: it comes out all-NaN
         noisy = jnp.where(jnp.isfinite(c) & jnp.isfinite(r), noisy, jnp.nan)
         out.append(noisy.astype(jnp.result_type(leaf)))
-    return jax.tree_util.tree_unflatten(treedef, out)
+        if variance is not None:
+            var.append(variance(noisy, c, r, eps, k).astype(jnp.float32))
+    released = jax.tree_util.tree_unflatten(treedef, out)
+    return released if variance is None else (released, jax.tree_util.tree_unflatten(treedef, var))
 
 
-def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> PyTree:
+def _adaptive_variance(noisy, c, r, eps, k):
+    # |w̃ − c| = k|δ|, so Var = (k² − 1)δ² = (k² − 1)(w̃ − c)²/k², exactly
+    return (k * k - 1.0) * jnp.square((noisy - c) / k)
+
+
+def _ldp_fl_variance(noisy, c, r, eps, k):
+    # Var = r²k² − δ²; the released value c ± rk says nothing of δ, so the bound r²k² (δ = 0) is used
+    return jnp.broadcast_to(jnp.square(r * k), noisy.shape)
+
+
+def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None, with_variance: bool = False):
     """Adaptive LDP of the source paper (LDP-FedALF), applied per tensor.
 
     With ``c, r, δ, k`` as in the module docstring, every weight independently becomes::
@@ -191,7 +210,9 @@ def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None
     ε-LDP for the sign of each weight, not for the weight.
 
     ``epsilon`` may be a traced scalar.  ``layer_of``: optional pytree of static ints grouping
-    leaves that share one ``c, r`` (default: each leaf alone).
+    leaves that share one ``c, r`` (default: each leaf alone).  ``with_variance``: return
+    ``(w̃, var)``, ``var = (k² − 1)(w̃ − c)²/k²`` the exact noise variance of each released value,
+    which whoever knows the tensor's centre ``c`` computes from ``w̃`` alone.
     """
     check_epsilon(epsilon)
     _check_params(params)
@@ -200,15 +221,17 @@ def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None
                       f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly",
                       UserWarning, stacklevel=2)
 
-    def draw(key, w, c, r, eps, k):
-        keep = jax.random.bernoulli(key, jax.nn.sigmoid(eps), w.shape)  # P = e^ε / (e^ε + 1)
-        kd = k * (w - c)
-        return c + jnp.where(keep, kd, -kd)
-
-    return _per_tensor(key, params, epsilon, layer_of, draw)
+    return _per_tensor(key, params, epsilon, layer_of, _adaptive_draw,
+                       _adaptive_variance if with_variance else None)
 
 
-def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> PyTree:
+def _adaptive_draw(key, w, c, r, eps, k):
+    keep = jax.random.bernoulli(key, jax.nn.sigmoid(eps), w.shape)  # P = e^ε / (e^ε + 1)
+    kd = k * (w - c)
+    return c + jnp.where(keep, kd, -kd)
+
+
+def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None, with_variance: bool = False):
     """LDP-FL (Sun et al., IJCAI 2021), applied per tensor.
 
     With ``c, r, δ, k`` as in the module docstring, every weight independently becomes::
@@ -223,6 +246,8 @@ def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> P
     ``c, r`` themselves are not randomised (both output values ``c ± rk`` reveal them).
 
     A constant tensor (``r = 0``) is returned unchanged (no NaN).  ``epsilon`` may be traced.
+    ``with_variance``: return ``(w̃, var)`` with ``var = r²k²``, an upper bound of the true
+    ``r²k² − δ²`` (the released value does not reveal ``δ``).
     """
     check_epsilon(epsilon)
     _check_params(params)
@@ -235,12 +260,14 @@ def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None) -> P
         rk = r * k
         return jnp.where(positive, c + jnp.where(plus, rk, -rk), w)
 
-    return _per_tensor(key, params, epsilon, layer_of, draw)
+    return _per_tensor(key, params, epsilon, layer_of, draw, _ldp_fl_variance if with_variance else None)
 
 
-def _no_ldp(key, params: PyTree, epsilon=None, *, layer_of: PyTree | None = None) -> PyTree:
-    """ldp="none": the identity (the key and epsilon are ignored)."""
+def _no_ldp(key, params: PyTree, epsilon=None, *, layer_of: PyTree | None = None, with_variance: bool = False):
+    """ldp="none": the identity (the key and epsilon are ignored); its variance is zero."""
     del key, epsilon, layer_of
+    if with_variance:
+        return params, jax.tree_util.tree_map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), params)
     return params
 
 
@@ -250,7 +277,8 @@ _LDP = {"none": _no_ldp, "adaptive": adaptive_ldp, "ldp_fl": ldp_fl}
 def mechanism(name: str | None) -> Callable[..., PyTree]:
     """The local mechanism called ``name``: ``"none"`` (identity), ``"adaptive"``, ``"ldp_fl"``.
 
-    Every returned function has the signature ``f(key, params, epsilon, *, layer_of=None)``.
+    Every returned function has the signature ``f(key, params, epsilon, *, layer_of=None,
+    with_variance=False)`` (``with_variance=True``: it returns ``(released, per-value variance)``).
     """
     key = "none" if name is None else name
     if key not in _LDP:

@@ -55,6 +55,7 @@ class ClientOut(NamedTuple):
     dual: Any       # the client's new dual (or ())
     loss: Any       # l_i = f_i(θ_t) (0 when not needed)
     stats: Any      # the client's batch statistics after training (or None)
+    noise_var: Any = 0.0  # Σ over Δ_i's values of their privacy-noise variance (0 unless the server asks)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -69,6 +70,7 @@ class RoundSpec:
     batch_size: int
     layer_of: Any               # pytree like params with int layer ids
     ldp: str = "none"
+    ldp_on: str = "weights"     # the local mechanism perturbs the weights w or the update w − θ
     dp: str = "none"
     neighbouring: str = "add_remove"  # Gaussian DP's neighbouring relation
     client_map: str = "vmap"    # "vmap" or "map" (lax.map): see default_client_map
@@ -95,17 +97,41 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key)
 
 
-def privatise(spec: RoundSpec, key, theta, w, hp: HParams):
-    """w̃_i: the model the client reveals (LDP on the weights, or Gaussian DP on the update)."""
+def privatise(spec: RoundSpec, key, theta, w, hp: HParams, *, with_variance: bool = False):
+    """w̃_i: the model the client reveals. A local mechanism perturbs the weights (``spec.ldp_on ==
+    "weights"``, the paper's reading: each weight's offset from its tensor's centre) or the update
+    (``"update"``: ``w̃ = θ + M(w − θ)``, each value's offset from its update tensor's centre, so the
+    noise scales with the update); Gaussian DP noises the clipped update. ``with_variance``: return
+    ``(w̃, var)``, the per-value noise variance of ``w̃`` the server can compute from what it receives
+    (:mod:`fedalf_jax.sim.privacy`)."""
     if spec.ldp != "none":
         from .privacy import mechanism
-        return mechanism(spec.ldp)(key, w, hp.epsilon)
-    if spec.dp == "gaussian":
-        from .privacy import gaussian_dp
-        noisy = gaussian_dp(key, T.sub(w, theta), epsilon=hp.epsilon, delta=hp.delta, clip=hp.clip,
-                            neighbouring=spec.neighbouring)
-        return T.add(theta, noisy)
-    return w
+        mech = mechanism(spec.ldp)
+        src = T.sub(w, theta) if spec.ldp_on == "update" else w
+        out = mech(key, src, hp.epsilon, with_variance=with_variance)
+        noisy, var = out if with_variance else (out, None)
+        if spec.ldp_on == "update":
+            noisy = T.add(theta, noisy)
+    elif spec.dp == "gaussian":
+        from .privacy import gaussian_dp, gaussian_sigma
+        noisy = T.add(theta, gaussian_dp(key, T.sub(w, theta), epsilon=hp.epsilon, delta=hp.delta, clip=hp.clip,
+                                         neighbouring=spec.neighbouring))
+        if with_variance:
+            s2 = jnp.square(gaussian_sigma(hp.epsilon, hp.delta, hp.clip, neighbouring=spec.neighbouring))
+            var = jax.tree_util.tree_map(lambda x: jnp.full(jnp.shape(x), s2, jnp.float32), w)
+    else:
+        noisy = w
+        var = jax.tree_util.tree_map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), w) if with_variance else None
+    return (noisy, var) if with_variance else noisy
+
+
+def upload_noise(upload, w_tilde, var):
+    """Σ over the upload's values of their noise variance: ``Δ_i`` is affine in ``w̃`` (coefficient
+    ``a`` per value, e.g. −1 for the model upload, −2 for the ADMM increment with the dual from ``w̃``),
+    so ``Var Δ_i = a² Var w̃``; ``a`` is read off a forward-mode derivative of ``upload(w̃)``."""
+    _, (tangent, _) = jax.jvp(upload, (w_tilde,), (jax.tree_util.tree_map(jnp.ones_like, w_tilde),))
+    return sum(jnp.sum(jnp.square(a.astype(jnp.float32)) * v)
+               for a, v in zip(jax.tree_util.tree_leaves(tangent), jax.tree_util.tree_leaves(var)))
 
 
 def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y) -> ClientOut:
@@ -115,7 +141,7 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     stats0 = theta_vars.get("batch_stats")
     if not alg.local_train:
         loss, grad = full_loss_and_grad(spec.model, theta_vars, x, y, idx, n)
-        return ClientOut(grad, dual, loss, stats0)
+        return ClientOut(grad, dual, loss, stats0, jnp.zeros((), jnp.float32))
     lr_t = hp.lr * hp.lr_decay ** t
     k_train, k_priv = jax.random.split(key)
     loss = full_loss(spec.model, theta_vars, x, y, idx, n) if alg.needs_loss else jnp.zeros(())
@@ -123,8 +149,15 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     w_vars = local_sgd(spec.model, theta_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
                        batch_size=spec.batch_size, penalty=penalty)
     w = w_vars["params"]
-    delta, new_dual = alg.upload(theta, w, privatise(spec, k_priv, theta, w, hp), dual, hp, lr_t)
-    return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"))
+    noise_var = jnp.zeros((), jnp.float32)
+    if alg.needs_noise_var and (spec.ldp != "none" or spec.dp != "none"):
+        w_tilde, var = privatise(spec, k_priv, theta, w, hp, with_variance=True)
+        up = lambda wt: alg.upload(theta, w, wt, dual, hp, lr_t)  # noqa: E731
+        delta, new_dual = up(w_tilde)
+        noise_var = upload_noise(up, w_tilde, var)
+    else:
+        delta, new_dual = alg.upload(theta, w, privatise(spec, k_priv, theta, w, hp), dual, hp, lr_t)
+    return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var)
 
 
 def sample_clients(spec: RoundSpec, key):
@@ -156,7 +189,7 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
     theta = state.variables["params"]
     weights = n_sel.astype(jnp.float32) / jnp.sum(n_sel)
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
-                    hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate)
+                    hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var)
     new_theta, sstate, info = alg.server(s_in)
     variables = {"params": new_theta}
     if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg
