@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh machine: a virtual environment in .venv with fedalf-jax (editable) and its
 # test extras, plus Debian's Fashion-MNIST when apt is available. Safe to run again.
+# More extras as arguments: `bash experiments/setup.sh notebooks` adds Jupyter (the README's notebook
+# command; ~50 more packages, so not by default), `tensorboard`, `tfds`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+EXTRAS=test
+for extra in "$@"; do
+  case "$extra" in
+    notebooks|tensorboard|tfds) EXTRAS="$EXTRAS,$extra" ;;
+    *) echo "setup: unknown extra '$extra' (choose from notebooks, tensorboard, tfds)" >&2; exit 2 ;;
+  esac
+done
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test]"
+# setuptools' editable build prints an informational box ("Editable installation ... be careful with
+# folders named like the package"); it is not a problem here, so it is silenced
+PYTHONWARNINGS="ignore:Editable installation${PYTHONWARNINGS:+,$PYTHONWARNINGS}" \
+  .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && command -v apt-get >/dev/null; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
   $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 \

@@ -23,12 +23,13 @@ from .experiment.config import CONTINUOUS, Config, ConfigError
 _CHOICES = {
     "algorithm": C.ALGORITHMS, "dataset": C.DATASETS, "partition": C.PARTITIONS, "assign": C.ASSIGNS,
     "model": C.MODELS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
-    "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "qp_method": C.QP_METHODS, "log": C.LOGS,
+    "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "ldp_on": C.LDP_ON, "fair_norm": C.FAIR_NORMS, "qp_method": C.QP_METHODS, "log": C.LOGS,
     "neighbouring": C.NEIGHBOURING, "state_dtype": C.STATE_DTYPES, "matmul_precision": C.MATMUL_PRECISIONS,
     "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "run_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
 }
 _HELP = {
-    "config": "JSON file of options (flags given on the command line override it)",
+    "config": "JSON file of options, e.g. a run's config.json (flags given on the command line override it; "
+              "default: none, every option at its default)",
     "clients": "number of clients N", "clients_per_round": "clients sampled per round m",
     "lr": "local learning rate η_l", "lr_decay": "per-round decay of η_l",
     "server_lr": "server learning rate η_g (default per algorithm)", "rho": "ADMM penalty ρ (default per algorithm: fedalf 0.01, fedadmm 0.1)",
@@ -54,7 +55,8 @@ _HELP = {
     "run_map": "how a sweep's program maps over its runs: vmap, map (lax.map, one after another), auto (map on CPU)",
     "algorithm": "the federated algorithm (docs/algorithms.md)",
     "dataset": "fmnist, cifar10, cifar100, or synthetic (offline data shaped like --synthetic-like)",
-    "data_dir": "folder of the dataset's files (FMNIST IDX .gz, CIFAR python pickles); or FEDALF_DATA_DIR",
+    "data_dir": "folder of the dataset's files (FMNIST IDX .gz, CIFAR python pickles) (default: $FEDALF_DATA_DIR, "
+                "then the known places, e.g. /usr/share/datasets/fashion-mnist from Debian's dataset-fashion-mnist)",
     "data_source": "where the data comes from: dir (--data-dir), tfds (tensorflow-datasets), auto (dir, then tfds)",
     "synthetic_like": "the real dataset whose shapes and class count --dataset synthetic copies",
     "synthetic_train": "training samples of --dataset synthetic", "synthetic_test": "test samples of --dataset synthetic",
@@ -74,6 +76,11 @@ _HELP = {
     "dual_from": "ADMM dual update from the local model (local, the paper's; with the increment or augmented "
                  "upload it voids the privacy guarantee) or from the perturbed one (perturbed: keeps it)",
     "ldp": "local differential privacy on each upload: adaptive (the paper's LDP-FedALF), ldp_fl, none",
+    "ldp_on": "what the local mechanism perturbs: weights (each weight's offset from its tensor's centre, the "
+              "paper's reading) or update (each value of w_i − θ_t: the noise scales with the update); default: "
+              "update when a mechanism is on",
+    "fair_norm": "FedLF/FedALF: the length the fair direction is rescaled to, ‖mean Δ‖ as received (raw) or "
+                 "with the privacy noise's share removed (denoised); default: denoised when a mechanism is on",
     "dp": "Gaussian DP on each upload (clip, then noise; the paper's DP-FedALF), none",
     "seed": "run seed (data partition, sampling, initialisation, noise)",
 }
@@ -86,6 +93,18 @@ _CTRL_C = ("Ctrl-C: the rounds in flight finish, then the metrics and a checkpoi
 
 
 _PER_ALGORITHM = ("server_lr", "server_lr_decay", "rho", "server_target", "history")
+
+# fedalf bench times rounds: it never evaluates the train loss, checkpoints or writes metrics, so these
+# options have no flag there (a --config file may still hold them); rounds and eval_every only size a
+# --sweep-width call.
+_BENCH_UNUSED = ("train_loss_every", "checkpoint_every", "log")
+_BENCH_HELP = {
+    "rounds": "with --sweep-width: a call runs min(--eval-every, --rounds) rounds",
+    "eval_every": "with --sweep-width: rounds per timed call, then an evaluation of every client",
+    "run_map": "with --sweep-width and --depth-width: how the sweep's program maps over its runs: vmap, map "
+               "(lax.map, one after another), auto (map on CPU)",
+    "seed": "seed of the timed run (with --sweep-width and --depth-width: seeds SEED .. SEED+W−1)",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -102,18 +121,27 @@ def _bool(s: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected on/off, got {s!r}")
 
 
-def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False) -> None:
-    """One flag per config option; ``multi``: each takes one or more values (``fedalf sweep``)."""
+def _default_text(f: dataclasses.Field) -> str:
+    if f.default is None:
+        return "per algorithm" if f.name in _PER_ALGORITHM else "none"
+    return {True: "on", False: "off"}.get(f.default, f.default) if isinstance(f.default, bool) else str(f.default)
+
+
+def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False, skip: tuple = (),
+                      helps: dict | None = None) -> None:
+    """One flag per config option; ``multi``: each takes one or more values (``fedalf sweep``); ``skip``: the
+    options the command does not use (no flag); ``helps``: descriptions replacing :data:`_HELP`'s."""
+    helps = helps or {}
     hints = typing.get_type_hints(Config)
     for f in dataclasses.fields(Config):
-        if multi and f.name in ("seed", "out"):
+        if (multi and f.name in ("seed", "out")) or f.name in skip:
             continue
         flag = "--" + f.name.replace("_", "-")
         t = hints[f.name]
         base = next((a for a in typing.get_args(t) if a is not type(None)), t)
-        text = _HELP.get(f.name, f.name.replace("_", " "))
+        text = helps.get(f.name) or _HELP.get(f.name, f.name.replace("_", " "))  # tests/test_help.py: every option has one
         if "default" not in text:  # some descriptions say their default themselves
-            text += f" (default: {'per algorithm' if f.default is None and f.name in _PER_ALGORITHM else f.default})"
+            text += f" (default: {_default_text(f)})"
         kw = {"dest": f.name, "default": None, "help": text.replace("%", "%%")}
         if multi:
             kw["nargs"] = "+"
@@ -178,9 +206,11 @@ def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("several processes (jax.distributed; with --devices: one run's clients span them)")
     g.add_argument("--distributed", action="store_true",
                    help="call jax.distributed.initialize() with its auto-detection (Slurm, Open MPI)")
-    g.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="coordinator address (process 0's)")
-    g.add_argument("--num-processes", type=int, default=None, help="number of processes")
-    g.add_argument("--process-id", type=int, default=None, help="this process's index, from 0")
+    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="coordinator address (process 0's) (default: none: one process)")
+    g.add_argument("--num-processes", type=int, default=None, help="number of processes (default: none: one process)")
+    g.add_argument("--process-id", type=int, default=None,
+                   help="this process's index, from 0 (default: none: one process)")
 
 
 def init_distributed(args) -> None:
@@ -201,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fedalf", description="Fair, private federated learning simulator (FedALF, LDP-FedALF).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one experiment", epilog=_CTRL_C)
-    r.add_argument("--config", default=None, help=_HELP["config"] + "; its 'out' is ignored")
+    r.add_argument("--config", default=None, help=_HELP["config"] + "; its 'out' is ignored (--out chooses)")
     r.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (from round 0 if it has none yet); "
                         "the checkpoint must come from the same options (only --rounds, the cadences and --log "
@@ -231,22 +261,25 @@ def build_parser() -> argparse.ArgumentParser:
                         "if it has not written sweep.json yet; with only --rounds N: extend every run to N rounds)")
     s.add_argument("--shard", default=None, metavar="I/K",
                    help="run slice I of K of the sweep's program calls (K alone: I from SLURM_ARRAY_TASK_ID); "
-                        "the slices share --out")
+                        "the slices share --out (default: none: every call)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--no-compile-cache", action="store_true", help=_COMPILE_CACHE)
     _add_config_flags(s, multi=True)
     rep = sub.add_parser("report", help="paper-style table (Markdown, CSV) and figures from run or sweep directories")
     rep.add_argument("paths", nargs="+", help="run directories, sweep directories, or folders holding them")
     rep.add_argument("--out", required=True, help="folder for report.md, table.csv and the figures")
-    rep.add_argument("--last", type=int, default=5, help="evaluations averaged in the 'last evaluations' column")
+    rep.add_argument("--last", type=int, default=5,
+                     help="evaluations averaged in the 'last evaluations' column (default: 5)")
     b = sub.add_parser("bench", help="round throughput: compiled vmapped round vs a sequential client loop")
     b.add_argument("--config", default=None, help=_HELP["config"])
     b.add_argument("--repeats", type=int, default=None,
                    help="timed rounds per variant (median reported; default 5, a --suite sets its own)")
-    b.add_argument("--json", default=None, help="write the figures to this JSON file")
+    b.add_argument("--json", default=None,
+                   help="also write every figure, unrounded, to this JSON file (default: none: the printed table only)")
     b.add_argument("--no-sequential", action="store_true", help="time only the compiled round")
     b.add_argument("--sweep-width", type=int, nargs="+", default=None, metavar="W",
-                   help="time a vmapped sweep of W runs against W separate runs, for each W")
+                   help="time a vmapped sweep of W runs against W separate runs, for each W, each call min(--eval-"
+                        "every, --rounds) rounds and their evaluation (default: none: time one round instead)")
     b.add_argument("--depth-width", type=int, nargs="+", default=None, metavar="W",
                    help="FedLF/FedALF: also count the server's sequential loop trips per round (the QP solvers' "
                         "own iteration counters) in a sweep of W runs, for each W (default: 1 8 on a GPU; 1 on "
@@ -260,18 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "with FedAvg and FedALF, then sweep width W = 1, 8, 32, 64 (CNN FedALF, 5 rounds per "
                         "call), stopping at the first W that runs out of memory; smoke: the same code in "
                         "seconds on synthetic data. Config flags given replace the suite's options (a given "
-                        "--model or --algorithm keeps only its measurements); --sweep-width replaces its widths")
+                        "--model or --algorithm keeps only its measurements); --sweep-width replaces its widths "
+                        "(default: none: one measurement of the options given)")
     b.add_argument("--part", nargs="+", default=None, choices=("round", "sweep"),
                    help="with --suite: only these parts of it (default: both)")
     b.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="with --suite: a measurement predicted (from those done) to end later than SECONDS "
-                        "after the start is skipped and recorded as skipped")
+                        "after the start is skipped and recorded as skipped (default: none: no limit)")
     b.add_argument("--no-compile-cache", action="store_true",
                    help=_COMPILE_CACHE + " (with the cache, compile_s times loading the programs when they are in it)")
-    _add_config_flags(b)
+    _add_config_flags(b, skip=_BENCH_UNUSED, helps=_BENCH_HELP)
     for action in b._actions:  # bench's --out is the --suite's folder, not a run directory
         if action.dest == "out":
-            action.help = "with --suite: the folder for its JSON files and table.txt"
+            action.help = "with --suite: the folder for its JSON files and table.txt (default: none; --suite needs it)"
     return p
 
 
@@ -349,7 +383,7 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from .experiment.bench import bench, bench_sweep
+    from .experiment.bench import bench, bench_sweep, format_bench, format_bench_sweep
     if args.repeats is not None and args.repeats < 1:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
     if args.sweep_width and any(w < 1 for w in args.sweep_width):
@@ -372,8 +406,7 @@ def _cmd_bench(args) -> int:
             raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {depth}")
         res = bench(cfg, repeats=repeats, sequential=not args.no_sequential,
                     depth_widths=[w for w in depth if w > 0], depth_rounds=args.depth_rounds)
-    for k, v in res.items():
-        print(f"{k:>28}: {v}")
+    print(format_bench_sweep(res) if args.sweep_width else format_bench(res))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
     return 0

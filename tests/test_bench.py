@@ -23,6 +23,58 @@ def test_bench_writes_both_timings(tmp_path, capsys):
     for k in ("compiled_s_per_round", "sequential_s_per_round", "compile_s", "server_s", "rounds_per_s"):
         assert res[k] > 0, k
     assert len(res["compiled_times"]) == 2 and 0 < res["server_share"] < 10
+    # what it printed: the readable table of the same numbers (the JSON above keeps them unrounded)
+    printed = capsys.readouterr().out
+    assert printed.startswith("fedalf bench: fedalf, model mlp, synthetic data, on cpu")
+    _check_table(printed)
+    assert f"server share {B.sig(100 * res['server_share'])}% of the compiled round" in printed
+    assert B.duration(res["compiled_s_per_round"]) + "/round" in printed
+    assert "server depth, W=1" in printed and "server depth, W=2" in printed
+
+
+def _check_table(printed: str) -> None:
+    """No raw floats (at most 3 significant digits), units on the times, nothing the model does not use."""
+    assert not re.search(r"\d\.\d{4,}|\d{5,}", printed.replace(",", "")), printed
+    assert re.search(r"compiled round +[\d.,]+ (s|ms|µs)/round", printed), printed
+    assert "conv_impl" not in printed and "convolution" not in printed  # an MLP has none
+    assert "{" not in printed and "server_share" not in printed
+
+
+def _result(**over):
+    res = {"backend": "cpu", "device": "TFRT_CPU_0", "algorithm": "fedavg", "model": "mlp", "dataset": "fmnist",
+           "client_map": "map", "conv_impl": "im2col", "clients_per_round": 10, "steps_per_client": 12,
+           "compile_s": 12.345678, "compiled_s_per_round": 0.123456789012345, "compiled_times": [0.12, 0.13],
+           "rounds_per_s": 8.100000737, "client_steps_per_s": 972.0000884, "sequential_s_per_round": 0.2345678901,
+           "sequential_times": [0.23], "speedup": 1.9000018, "server_s": 0.0045678901, "server_share": 0.0370000336,
+           "peak_memory_mb": 1234.5678}
+    return {**res, **over}
+
+
+def test_bench_table_is_readable():
+    """``fedalf bench``'s printed table (B.format_bench): 3 significant digits with units, the server share
+    explained, the convolution only for a CNN."""
+    text = B.format_bench(_result())
+    _check_table(text)
+    for s in ("123 ms/round", "235 ms/round", "1.90×", "4.57 ms/round", "server share 3.70% of the compiled round",
+              "12.3 s", "1.21 GiB", "8.10 rounds/s", "972 client steps/s", "sequential loop / compiled round"):
+        assert s in text, s
+    cnn = B.format_bench(_result(model="cnn", compiled_s_per_round=2.6712, peak_memory_mb=812.0))
+    assert "convolution im2col" in cnn and "2.67 s/round" in cnn and "812 MiB" in cnn
+    assert "sequential" not in B.format_bench({k: v for k, v in _result().items()
+                                               if k not in ("sequential_s_per_round", "speedup")})
+    assert [B.sig(v) for v in (0.0123456, 81.349, 976.4, 1234.5, 9.996, 0)] == ["0.0123", "81.3", "976", "1,230",
+                                                                            "10.0", "0"]
+
+
+def test_bench_sweep_table_is_readable():
+    w = {"sweep_s_per_call": 0.0123456789, "separate_s_per_call": 0.0130123, "speedup": 1.05401,
+         "sweep_s_per_run_round": 0.00617283, "separate_s_per_run_round": 0.0065061, "compile_sweep_s": 3.2,
+         "compile_single_s": 2.9, "sweep_times": [0.0123], "separate_times": [0.013]}
+    text = B.format_bench_sweep({"backend": "cpu", "device": "cpu:0", "algorithm": "fedavg", "model": "mlp",
+                                 "dataset": "synthetic", "rounds_per_call": 2, "run_map": "map",
+                                 "widths": {"1": w, "8": w}, "peak_memory_mb": 812.3})
+    assert not re.search(r"\d\.\d{4,}", text) and "12.3 ms" in text and "1.05×" in text and "812 MiB" in text
+    assert "a call is 2 rounds and an evaluation" in text and "> 1: the sweep is faster" in text
 
 
 # ---- fedalf bench --suite -------------------------------------------------------------------------------

@@ -77,8 +77,8 @@ def test_ldp_with_local_dual_warns_in_one_line(capsys, tmp_path):
     import warnings
     with warnings.catch_warnings():  # independent of the environment's filters (PYTHONWARNINGS=ignore)
         warnings.simplefilter("default")
-        assert main(["run", *TINY, "--algorithm", "fedalf", "--ldp", "adaptive", "--rounds", "1",
-                     "--out", str(tmp_path / "r")]) == 0
+        assert main(["run", *TINY, "--algorithm", "fedalf", "--ldp", "adaptive", "--server-target", "increment",
+                     "--rounds", "1", "--out", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
     assert "fedalf: warning: the privacy guarantee does not hold" in err and "dual_from=local" in err
     assert "Traceback" not in err

@@ -2,8 +2,9 @@
 
 The kernel is this interpreter (``sys.executable``) through a kernelspec written for the test, so the
 notebooks import the ``fedalf_jax`` installed here even where a user-level ``python3`` kernelspec points
-elsewhere. ``FEDALF_RUNS`` names an empty folder, so ``explore_runs.ipynb`` takes its fresh-checkout
-path (a tiny synthetic sweep into a temporary folder).
+elsewhere. ``FEDALF_RUNS`` is unset and the kernel starts in a folder beside an empty ``runs/``, so
+``explore_runs.ipynb`` takes its fresh-checkout path (a tiny synthetic sweep into a temporary folder);
+with ``FEDALF_RUNS`` naming a folder without runs it must stop with an error instead.
 """
 
 import json
@@ -29,7 +30,8 @@ def run_notebook(tmp_path, monkeypatch):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     # The kernel inherits this environment.
-    monkeypatch.setenv("FEDALF_RUNS", str(runs))
+    monkeypatch.delenv("FEDALF_RUNS", raising=False)
+    monkeypatch.delenv("FEDALF_CWD", raising=False)
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("TMPDIR", str(scratch))  # where the tiny sweep's tempfile.mkdtemp() goes
@@ -37,12 +39,15 @@ def run_notebook(tmp_path, monkeypatch):
     spec_dir = write_kernel_spec(kernels / "python3")
     assert json.loads(Path(spec_dir, "kernel.json").read_text())["argv"][0] == sys.executable
 
+    kernel_cwd = tmp_path / "notebooks"  # like notebooks/ of a fresh checkout: ../runs is the empty runs/
+    kernel_cwd.mkdir()
+
     def run(name: str):
         path = NOTEBOOKS / name
         nb = nbformat.read(path, as_version=4)
         km = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
         client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, startup_timeout=120,
-                                resources={"metadata": {"path": str(NOTEBOOKS)}})
+                                resources={"metadata": {"path": str(kernel_cwd)}})
         client.execute()  # raises CellExecutionError on the first failing cell
         return nb, _text(nb)
 
@@ -76,7 +81,7 @@ def test_notebook_is_committed_without_outputs(name):
 
 def test_explore_runs_makes_a_tiny_sweep_and_tabulates_it(run_notebook):
     nb, text = run_notebook("explore_runs.ipynb")
-    assert "0 run directories under" in text
+    assert "FEDALF_RUNS is not set and" in text and "making a tiny synthetic demo sweep" in text
     assert "tiny sweep: 8 runs" in text
     # The runs table: a header and one row per run of the sweep, all finished.
     header = next(line for line in text.splitlines() if line.split()[:2] == ["name", "algorithm"])
@@ -92,3 +97,52 @@ def test_fedalf_round_walkthrough_passes_its_checks(run_notebook):
     assert "check passed: the fair direction conflicts with no client at model level" in text
     assert "fair direction d: 0 model-level" in text
     assert "-η_g d with η_g" in text
+
+
+def test_explore_runs_refuses_a_fedalf_runs_without_runs(run_notebook, tmp_path, monkeypatch):
+    """FEDALF_RUNS set to a folder without runs: the first code cell fails, saying so, and no demo runs."""
+    from nbclient.exceptions import CellExecutionError
+    empty = tmp_path / "my_sweep"
+    empty.mkdir()
+    monkeypatch.setenv("FEDALF_RUNS", str(empty))
+    with pytest.raises(CellExecutionError, match="holds no run directories") as e:
+        run_notebook("explore_runs.ipynb")
+    assert "NoRunsError" in str(e.value) and str(empty) in str(e.value)
+    assert not list((tmp_path / "scratch").glob("fedalf-demo-*"))  # no demo sweep was made
+
+
+# ---- where FEDALF_RUNS points (fedalf_jax.experiment.explore), without a kernel -------------------------
+
+def _fake_run(folder: Path) -> None:
+    from fedalf_jax.experiment.config import Config
+    from fedalf_jax.experiment.rundir import RunDir
+    rd = RunDir(folder)
+    rd.create()
+    rd.write_config(Config(dataset="synthetic", model="mlp"))
+
+
+def test_relative_fedalf_runs_counts_from_where_the_user_started(tmp_path, monkeypatch):
+    from fedalf_jax.experiment.explore import NoRunsError, runs_to_explore
+    start, kernel = tmp_path / "checkout", tmp_path / "checkout" / "notebooks"
+    kernel.mkdir(parents=True)
+    _fake_run(start / "runs" / "sweep" / "r0")
+    monkeypatch.chdir(kernel)  # Jupyter's kernel runs in notebooks/; the shell was in the checkout
+    monkeypatch.delenv("FEDALF_CWD", raising=False)
+    folder, runs, why = runs_to_explore({"FEDALF_RUNS": "runs/sweep", "PWD": str(start)})
+    assert folder == (start / "runs" / "sweep").resolve() and [r.name for r in runs] == ["r0"]
+    assert "FEDALF_RUNS=runs/sweep" in why
+    # FEDALF_CWD pins the folder; an absolute path is taken as it is
+    assert runs_to_explore({"FEDALF_RUNS": "sweep", "FEDALF_CWD": str(start / "runs"), "PWD": "/"})[0] == folder
+    assert runs_to_explore({"FEDALF_RUNS": str(start / "runs")})[0] == (start / "runs").resolve()
+    # neither found nor holding runs: loud, naming what was looked at
+    with pytest.raises(NoRunsError, match="does not exist") as e:
+        runs_to_explore({"FEDALF_RUNS": "runs/other", "PWD": str(start)})
+    assert str(start / "runs" / "other") in str(e.value) and str(kernel / "runs" / "other") in str(e.value)
+    (start / "empty").mkdir()
+    with pytest.raises(NoRunsError, match="holds no run directories"):
+        runs_to_explore({"FEDALF_RUNS": "empty", "PWD": str(start)})
+    # unset: ../runs from the kernel's folder (the checkout's runs/), else the demo (None)
+    assert runs_to_explore({})[0] == (start / "runs").resolve()
+    (tmp_path / "fresh" / "notebooks").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "fresh" / "notebooks")
+    assert runs_to_explore({})[:2] == (None, [])

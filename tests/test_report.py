@@ -238,7 +238,7 @@ def test_variant_names(tmp_path):
     assert got == {
         "a1": "FedALF (history=False, rho=1)", "a2": "FedALF (history=True, rho=0.1)",
         "a3": "FedALF (history=True, rho=0.1)",
-        "v1": "FedAvg", "v2": "FedAvg",
+        "v1": "FedAvg (rounds=200)", "v2": "FedAvg (rounds=7)",  # runs of two lengths are never averaged
         "l1": "LDP-FedALF (epsilon=1)", "l2": "LDP-FedALF (epsilon=2)",
         "f1": "LDP-FL-FedALF", "d1": "DP-FedALF", "d2": "DP-FedAvg",
         "q1": "qFedAvg", "q2": "qFedAvg",
@@ -285,3 +285,28 @@ def test_cli(runs, tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "rep2")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "does not exist" in err and "Traceback" not in err
+
+
+def test_privacy_spent_column(tmp_path):
+    """summary.json's privacy_spent gives a private cell its ε spent (the largest over its seeds); a run
+    recorded before the accounting (no privacy_spent) and a non-private one leave it blank."""
+    import json
+    root = tmp_path / "runs"
+    for seed, eps in enumerate([9.0, 9.5]):
+        make_run(root, f"dp_s{seed}", final_acc=0.7, final_angle=5.0, algorithm="fedavg", dp="gaussian", seed=seed)
+        path = root / f"dp_s{seed}" / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["privacy_spent"] = {"mechanism": "gaussian", "epsilon": eps, "delta": 1e-5, "per": "one client",
+                                    "accountant": "test", "statement": f"spent {eps}"}
+        path.write_text(json.dumps(summary))
+    make_run(root, "ldp_old", final_acc=0.6, final_angle=5.0, algorithm="fedavg", ldp="adaptive")
+    make_run(root, "plain", final_acc=0.8, final_angle=5.0, algorithm="fedavg")
+    res = report([str(root)], str(tmp_path / "rep"), last=LAST)
+    assert (_row(res, "DP-FedAvg")["eps_spent"], _row(res, "DP-FedAvg")["eps_spent_delta"]) == (9.5, 1e-5)
+    assert _row(res, "LDP-FedAvg")["eps_spent"] is None and _row(res, "FedAvg")["eps_spent"] is None
+    with open(tmp_path / "rep" / "table.csv") as f:
+        table = {r["algorithm"]: r for r in csv.DictReader(f)}
+    assert float(table["DP-FedAvg"]["eps_spent"]) == 9.5 and float(table["DP-FedAvg"]["eps_spent_delta"]) == 1e-5
+    assert table["LDP-FedAvg"]["eps_spent"] == "" and table["FedAvg"]["eps_spent"] == ""
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "ε spent: 9.5 (δ=1e-05)" in md and "### Privacy spent" in md and "per one client" in md

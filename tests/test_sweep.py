@@ -154,7 +154,7 @@ def test_sweep_refuses_bad_input(tmp_path, capsys):
     assert main(["sweep", *TINY, "--algorithm", "fedavg", "--rounds", "2", "--resume", "--out", str(tmp_path / "d")]) == 0
 
 
-def test_bench_sweep_width(tmp_path):
+def test_bench_sweep_width(tmp_path, capsys):
     out = tmp_path / "b.json"
     assert main(["bench", *[a for a in TINY if a != "--no-progress"], "--algorithm", "fedavg",
                  "--sweep-width", "1", "2", "--repeats", "1", "--json", str(out)]) == 0
@@ -162,6 +162,9 @@ def test_bench_sweep_width(tmp_path):
     assert set(res) == {"1", "2"}
     for w in res.values():
         assert w["sweep_s_per_call"] > 0 and w["separate_s_per_call"] > 0 and w["speedup"] > 0
+    printed = capsys.readouterr().out  # a table, not the JSON's dict
+    assert printed.startswith("fedalf bench --sweep-width: fedavg, model mlp") and "{" not in printed
+    assert "a call is 2 rounds and an evaluation" in printed
 
 
 def _tb_scalars(logdir):

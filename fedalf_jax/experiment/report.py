@@ -15,7 +15,7 @@ whose values differ name the variant, alphabetically: ``FedLF (client_grad=local
 
 * the table's axes and the seed: ``model``, ``dataset``, ``partition``, ``seed``, ``out``;
 * the bookkeeping options: ``data_dir``, ``data_source``, ``client_map``, ``conv_impl``,
-  ``eval_every``, ``train_loss_every``, ``checkpoint_every``, ``log``, ``rounds``, ``synthetic_*``;
+  ``eval_every``, ``train_loss_every``, ``checkpoint_every``, ``log``, ``synthetic_*``;
 * η (below), and options the run does not use: ``lr`` for FedLF with ``client_grad="full"`` (no local
   training), ``server_lr`` for qFedAvg (its step is set by its h_i), ``mu`` outside FedProx, ``q``
   outside qFedAvg, ``rho``/``server_target``/``dual_from`` outside FedADMM/FedALF, ``client_grad``
@@ -26,12 +26,19 @@ whose values differ name the variant, alphabetically: ``FedLF (client_grad=local
 Options left at ``None`` (``history``, ``server_lr``, ``server_lr_decay``) are compared at their
 resolved values (``Config.resolved_*``).
 
+**Run length.** ``rounds`` names a variant like any other option, so a cell only ever averages runs of
+one length: runs of a 2-round and a 20-round sweep in one folder become ``FedALF (rounds=2)`` and
+``FedALF (rounds=20)``, never one ``FedALF`` mean over both, and one note per base label says which
+runs were set apart by their length. (A sweep extended with ``--resume --rounds N`` rewrites a run's
+``config.json`` when the run starts again: until then its finished runs of the old length are a
+variant of their own.)
+
 **η, chosen per cell as FedLF's authors did** (best mean over {0.01, 0.05, 0.1}). η is ``lr``,
 except for FedLF with ``client_grad="full"``, where it is ``server_lr``. In each cell (model,
 variant, dataset × partition) the done runs are grouped by η; a group's score is the mean over its
 seeds of the final mean accuracy, and the best score wins (ties: the smaller η). An η with any
 diverged seed in the cell is not eligible. Two done runs of one cell, η and seed (they differ only
-in options that name no variant, e.g. ``rounds``) count once: the first by directory name.
+in options that name no variant, e.g. ``eval_every``) count once: the first by directory name.
 
 **Numbers.** Per cell, over the winning η's seeds: the mean accuracy and the fairness angle (degrees,
 ``angle_deg``) at the final evaluation, and the same averaged over each run's last ``last``
@@ -46,11 +53,18 @@ the sample std (``ddof=1``); with one seed only the mean is shown (the CSV's std
 ``guarantee`` column of ``table.csv`` holds it (blank without a mechanism), and ``report.md`` lists
 each private variant's reason under "Privacy guarantee".
 
+**Privacy spent.** A private cell also shows the ε its runs spent (``summary.json``'s
+``privacy_spent``, :mod:`fedalf_jax.experiment.accounting`): the largest over its seeds, with its δ, in
+the ``eps_spent`` and ``eps_spent_delta`` columns of ``table.csv`` and in the final-evaluation table;
+``report.md`` says per variant what one ε protects under "Privacy spent". Runs recorded before the
+accounting existed have none: blank.
+
 **Outputs** (in ``out``, created if missing): ``report.md`` (per model: the final-evaluation table
 with η and seeds, the last-evaluations table, the η choice with every candidate's score, figures),
 ``table.csv`` (one row per cell), and ``figures/``: per (model, dataset, partition) accuracy and angle
 vs round (seed mean ± std band, one line per variant at its η), a per-client accuracy heatmap at the
-final evaluation (clients 0..9, seed mean; cf. Fig. 9 of the FedALF paper), and, when FedALF and a
+final evaluation (every client, ranked worst to best within each run, then the mean over seeds at each
+rank: :func:`heatmap_data`; cf. Fig. 9 of the FedALF paper), and, when FedALF and a
 private FedALF are both present, the privacy comparison (accuracy vs round).
 """
 
@@ -79,7 +93,7 @@ NOT_NAMING = frozenset({
     "algorithm", "ldp", "dp",
     "seed", "out", "lr", "dataset", "partition", "model",
     "data_dir", "data_source", "client_map", "conv_impl", "eval_every", "train_loss_every",
-    "checkpoint_every", "log", "rounds"})
+    "checkpoint_every", "log"})  # not rounds: runs of different lengths are never averaged together
 _NOT_NAMING_PREFIXES = ("synthetic_",)
 # option -> the algorithms that use it (elsewhere it names no variant)
 _USED_BY = {
@@ -87,11 +101,12 @@ _USED_BY = {
     "rho": ("fedadmm", "fedalf"), "server_target": ("fedadmm", "fedalf"), "dual_from": ("fedadmm", "fedalf"),
     "client_grad": ("fedlf",),
     "history": ("fedlf", "fedalf"), "merge_tol": ("fedlf", "fedalf"), "qp_method": ("fedlf", "fedalf"),
+    "fair_norm": ("fedlf", "fedalf"),
 }
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
                "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
-               "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std", "guarantee")
-HEATMAP_CLIENTS = 10
+               "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std", "guarantee",
+               "eps_spent", "eps_spent_delta")
 _SHOW_NAMES = 5
 _DPI = 100
 
@@ -115,6 +130,7 @@ class Run:
     angle: Optional[np.ndarray] = None    # fairness angle (degrees) per evaluation
     clients: Optional[np.ndarray] = None  # [evaluations, N] per-client accuracy
     guarantee: Optional[dict] = None      # private runs: {"guarantee": "holds" | "does not hold", "why"}
+    spent: Optional[dict] = None          # summary.json's privacy_spent (runs from before it: None)
 
     @property
     def cell_key(self) -> tuple:
@@ -190,6 +206,21 @@ def name_variants(runs: list[Run]) -> None:
             r.variant = f"{label} ({', '.join(parts)})" if parts else label
 
 
+def length_notes(runs: list[Run]) -> list[str]:
+    """One note per base label whose runs have different lengths (``rounds``): which finished runs were set
+    apart, by length (their variants carry ``rounds=N``, so no cell averages runs of two lengths)."""
+    by_label: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        by_label[r.label][int(r.cfg["rounds"])].append(r.name)
+    notes = []
+    for label, lengths in by_label.items():
+        if len(lengths) > 1:
+            parts = [f"{_plural(n, 'round')}: {_shorten(sorted(names))}" for n, names in sorted(lengths.items())]
+            notes.append(f"{label}: runs of {len(lengths)} different lengths are reported apart, never averaged "
+                         f"together (rounds=N in the variant's name): " + "; ".join(parts))
+    return notes
+
+
 def _load_curves(run: Run, rd: RunDir) -> bool:
     """Read the run's evaluations; False when ``metrics.csv`` has none."""
     m = rd.metrics()
@@ -223,6 +254,7 @@ def _read_run(rd: RunDir, status: str) -> Run:
     run.eta = float(cfg[run.eta_option])
     run.order = (_index(ALGORITHMS, cfg["algorithm"]), _index(_PRIVACY_ORDER, _privacy(cfg)))
     run.guarantee = run_guarantee(rd)
+    run.spent = run_spent(rd)
     if status == "done" and not _load_curves(run, rd):
         run.status = "empty"
     return run
@@ -243,6 +275,28 @@ def run_guarantee(rd: RunDir) -> Optional[dict]:
         return None
     holds, why = privacy_guarantee(cfg)
     return {"guarantee": "holds" if holds else "does not hold", "why": why}
+
+
+def run_spent(rd: RunDir) -> Optional[dict]:
+    """``summary.json``'s ``privacy_spent`` when it holds a numeric ``epsilon`` (else ``None``: no
+    mechanism, a run from before the accounting, or an accountant that failed)."""
+    summary = rd.summary()
+    rec = summary.get("privacy_spent") if isinstance(summary, dict) else None
+    if not isinstance(rec, dict):
+        return None
+    eps, delta = rec.get("epsilon"), rec.get("delta", 0.0)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (eps, delta)):
+        return None
+    return {**rec, "epsilon": float(eps), "delta": float(delta)}
+
+
+def cell_spent(cell: "Cell") -> tuple[Optional[float], Optional[float]]:
+    """The largest ε spent over a cell's chosen runs and the largest δ with it; ``(None, None)`` when no
+    run records one."""
+    recs = [r.spent for r in cell.runs if r.spent is not None]
+    if not recs:
+        return None, None
+    return max(r["epsilon"] for r in recs), max(r["delta"] for r in recs)
 
 
 def cell_guarantee(cell: "Cell") -> str:
@@ -381,6 +435,7 @@ def cell_row(cell: Cell, last: int) -> dict:
     for k, vals in series.items():
         row[f"{k}_mean"], row[f"{k}_std"] = mean_std(vals)
     row["guarantee"] = cell_guarantee(cell)
+    row["eps_spent"], row["eps_spent_delta"] = cell_spent(cell)
     return row
 
 
@@ -457,7 +512,10 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
             return "— (no eligible η)"
         row = rows[id(c)]
         text = f"{format_cell(row, 'final')}<br>η={c.eta:g} ({_plural(row['seeds'], 'seed')})"
-        return text + (f"<br>guarantee: {row['guarantee']}" if row.get("guarantee") else "")
+        text += f"<br>guarantee: {row['guarantee']}" if row.get("guarantee") else ""
+        if row.get("eps_spent") is not None:
+            text += f"<br>ε spent: {row['eps_spent']:.3g} (δ={row['eps_spent_delta']:g})"
+        return text
 
     lines = [f"## Model `{model}`", "", "### Final evaluation", "",
              "mean accuracy ± std (fairness angle ± std) over seeds, at the chosen η", ""]
@@ -468,6 +526,7 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
               "accuracy (seeds); the chosen η in bold", ""]
     lines += _md_table(header, body(_eta_candidates))
     lines += _guarantee_notes(cells)
+    lines += _spent_notes(cells)
     if figures:
         lines += ["", "### Figures", ""]
         lines += [f"![{f.stem}]({f.relative_to(out).as_posix()})" for f in figures]
@@ -487,6 +546,23 @@ def _guarantee_notes(cells: list[Cell]) -> list[str]:
              "Whether the privacy mechanism's formal guarantee covers what the clients upload (docs/privacy.md, "
              "\"The guarantee field\"):", ""]
     return lines + [f"- {variant}: **{status}**: {why}" for variant, status, why in seen]
+
+
+def _spent_notes(cells: list[Cell]) -> list[str]:
+    """The "Privacy spent" subsection: per private variant, what one ε protects and how it was accounted
+    (from one of its runs' ``privacy_spent``; docs/privacy.md, "Accounting over rounds")."""
+    seen = {}
+    for c in sorted(cells, key=lambda c: (c.order, c.variant)):
+        for r in c.runs:
+            if r.spent is not None:
+                seen.setdefault(c.variant, r.spent)
+    if not seen:
+        return []
+    lines = ["", "### Privacy spent", "",
+             "ε spent by each run (the largest over a cell's seeds in the table), accounted over the rounds it ran "
+             "(docs/privacy.md, \"Accounting over rounds\"):", ""]
+    return lines + [f"- {variant}: per {rec.get('per', '?')}; {rec.get('accountant', '')}. Example: "
+                    f"{rec.get('statement', '')}" for variant, rec in seen.items()]
 
 
 RULES = """\
@@ -569,21 +645,57 @@ def curves_figure(cells: list[Cell], path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
+def heatmap_data(cells: list[Cell]) -> tuple[np.ndarray, bool]:
+    """``[variants, N]``: every client's accuracy at the final evaluation, ranked worst to best within each
+    run, then the mean over the cell's seeds at each rank (column ``k``: the ``k+1``-th worst client).
+
+    Ranks, not client ids: a client id holds other data under another seed (``assign="shards"``,
+    ``dirichlet``) and the clients 0..9 of a 100-client ``pat1`` run all hold the same two classes, so
+    the first ids say nothing of the variant. Each row's mean is the cell's mean accuracy. ``N`` is the
+    most clients of any run; a run with fewer is resampled to ``N`` ranks by its quantiles (``True``
+    when any was)."""
+    n = max(r.clients.shape[1] for c in cells for r in c.runs)
+    resampled = False
+    rows = []
+    for c in cells:
+        profiles = []
+        for r in c.runs:
+            p = np.sort(np.asarray(r.clients[-1], np.float64))
+            if p.size != n:
+                resampled = True
+                p = np.interp((np.arange(n) + 0.5) / n, (np.arange(p.size) + 0.5) / p.size, p)
+            profiles.append(p)
+        rows.append(np.mean(profiles, axis=0))
+    return np.array(rows).reshape(len(cells), n), resampled
+
+
 def heatmap_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
-    """Seed-mean per-client accuracy at the final evaluation: rows = variants, columns = clients 0..9."""
+    """Per-client accuracy at the final evaluation, every client (:func:`heatmap_data`): rows = variants
+    (labelled with their mean and worst-10% accuracy), columns = client ranks, worst to best."""
     from matplotlib.figure import Figure
-    n = min([HEATMAP_CLIENTS] + [r.clients.shape[1] for c in cells for r in c.runs])
-    if n == 0:  # no per-client columns in metrics.csv
+    if min(r.clients.shape[1] for c in cells for r in c.runs) == 0:  # no per-client columns in metrics.csv
         return None
-    data = np.array([np.mean([r.clients[-1, :n] for r in c.runs], axis=0) for c in cells]).reshape(len(cells), n)
-    fig = Figure(figsize=(1.0 + 0.6 * n + 0.08 * max(len(c.variant) for c in cells), 0.9 + 0.45 * len(cells)))
+    data, resampled = heatmap_data(cells)
+    n = data.shape[1]
+    worst = max(1, math.ceil(0.1 * n))
+    labels = [f"{c.variant} (η={c.eta:g})\nmean {row.mean():.3f}, worst {worst}: {row[:worst].mean():.3f}"
+              for c, row in zip(cells, data)]
+    width = (0.6 * n if n <= 20 else min(12.0, 4.0 + 0.08 * n)) + 1.5 + 0.07 * max(len(s) for s in labels)
+    fig = Figure(figsize=(width, 1.2 + 0.6 * len(cells)))
     ax = fig.subplots()
-    im = ax.imshow(data, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-    for (i, j), v in np.ndenumerate(data):
-        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
-    ax.set_xticks(range(n), [str(j) for j in range(n)])
-    ax.set_yticks(range(len(cells)), [c.variant for c in cells])
-    ax.set(xlabel="client", title=f"per-client accuracy, final evaluation ({title})")
+    im = ax.imshow(data, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+    if n <= 20:
+        for (i, j), v in np.ndenumerate(data):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+        ticks = list(range(n))
+    else:
+        step = max(1, round(n / 5))
+        ticks = [0] + [k - 1 for k in range(step, n + 1, step) if n - k >= step / 2] + [n - 1]  # ranks 1, 20, ..., n
+    ax.set_xticks(ticks, [str(t + 1) for t in ticks])
+    ax.set_yticks(range(len(cells)), labels, fontsize=7)
+    ax.set(xlabel=f"client rank by final accuracy, 1 = worst … {n} = best: all {n} clients, ranked within each "
+                  f"run, mean over seeds" + (" (runs with fewer clients resampled)" if resampled else ""),
+           title=f"per-client accuracy at the final evaluation, worst to best ({title})")
     fig.colorbar(im, ax=ax, label="accuracy")
     return _save(fig, path)
 
@@ -650,12 +762,13 @@ def report(paths: list[str], out: str, *, last: int = 5) -> dict:
         counts = ", ".join(f"{len(v)} {k}" for k, v in skipped.items())
         raise ConfigError(f"none of the {len(rundirs)} runs in {', '.join(map(str, paths))} has finished "
                           f"({counts}); finish them (fedalf sweep --resume) or pass other directories")
-    messages += notes
+    messages += length_notes(runs) + notes
     for c in cells:
         messages += choose_eta(c)
     chosen = [c for c in cells if c.eta is not None]
     rows = {id(c): cell_row(c, last) for c in chosen}
     messages += last_k_notes(chosen, last)
+    messages = list(dict.fromkeys(messages))  # each note once (printed, and in report.md)
 
     out_dir = Path(out)
     fig_dir = out_dir / "figures"
