@@ -16,3 +16,7 @@ run F_weights_denoised_model --partition pat1 --server-lr 1.0 --seeds 0 1 --ldp-
 run E_update_denoised_model_eta2 --partition pat1 --server-lr 2.0 --seeds 0 1
 run G_update_denoised_model_nohistory --partition pat1 --server-lr 1.0 --seeds 0 1 --history off
 run D_update_denoised_perturbed --partition pat1 --server-lr 1.0 --seeds 0 1 --server-target increment --dual-from perturbed
+# the raw length at a larger step, and the raw length on pat2
+run H_update_raw_model_eta2 --partition pat1 --server-lr 2.0 --seeds 0 1 --fair-norm raw
+run C2_update_raw_model_pat2 --partition pat2 --server-lr 1.0 --seeds 0 1 --fair-norm raw
+run E2_update_denoised_model_eta2_pat2 --partition pat2 --server-lr 2.0 --seeds 0 1

@@ -145,6 +145,7 @@ def test_a_private_run_gets_the_guarantee_holding_variant_and_says_so():
         ident = cfg.identity()
         assert (ident["ldp_on"], ident["fair_norm"], ident["server_target"], ident["dual_from"]) == \
             ("update", "denoised", "model", "local")
+        assert ident["server_lr"] == 1.0  # the study's step, not the paper's 0.5
         assert privacy_guarantee(cfg)[0] and cfg.privacy["guarantee"] == "holds"
     plain = Config(algorithm="fedalf").identity()
     assert (plain["ldp_on"], plain["fair_norm"], plain["server_target"], plain["dual_from"]) == \

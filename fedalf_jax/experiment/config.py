@@ -65,7 +65,7 @@ _ADMM_DEFAULTS = {
 # the update, the server's fair direction rescaled with the noise's share removed, and the ADMM upload
 # of the model alone (the dual stays on the client), so that the upload is the mechanism's output.
 _PRIVATE_DEFAULTS = {"ldp_on": "update", "fair_norm": "denoised", "server_target": "model", "dual_from": "local"}
-_PRIVATE_SERVER_LR = {"fedalf": (0.5, 0.999)}
+_PRIVATE_SERVER_LR = {"fedalf": (1.0, 0.999)}  # η_g: 1.0 beat the paper's 0.5 on pat1 and pat2 (§5)
 # Options added after runs were made: a run directory whose config.json lacks one ran with this value.
 LEGACY = {"ldp_on": "weights", "fair_norm": "raw"}
 
