@@ -121,7 +121,8 @@ def test_fair_algorithms_run_compiled_without_conflicts():
 def test_privacy_in_the_round():
     # the paper's reading (noise on the weights, the increment upload, the raw length), which a private
     # run no longer gets by default (tests/test_private_fedalf.py)
-    base = Config(algorithm="fedalf", ldp_on="weights", fair_norm="raw", server_target="increment", **SMALL)
+    base = Config(algorithm="fedalf", ldp_on="weights", fair_norm="raw", server_target="increment", server_lr=0.5,
+                  **SMALL)
     plain, _ = _round_params(base)
     # ε → ∞: the adaptive mechanism keeps every sign and k → 1, so LDP-FedALF equals FedALF
     loose, _ = _round_params(base.replace(ldp="adaptive", epsilon=60.0))
