@@ -61,8 +61,8 @@ _ADMM_DEFAULTS = {
 
 
 # A private run (a mechanism on) that leaves these options unset gets the guarantee-holding variant that
-# trained best in docs/results.md §5 (MLP, pat1 and pat2, 200 rounds, 5 seeds, epsilon = 2): the noise on
-# the update, the server's fair direction rescaled with the noise's share removed, and the ADMM upload
+# trained best in docs/results.md §5 (MLP, pat1 and pat2, 200 rounds, 2-3 seeds, epsilon = 2): the noise
+# on the update, the server's fair direction rescaled with the noise's share removed, and the ADMM upload
 # of the model alone (the dual stays on the client), so that the upload is the mechanism's output.
 _PRIVATE_DEFAULTS = {"ldp_on": "update", "fair_norm": "denoised", "server_target": "model", "dual_from": "local"}
 _PRIVATE_SERVER_LR = {"fedalf": (1.0, 0.999)}  # η_g: 1.0 beat the paper's 0.5 on pat1 and pat2 (§5)
