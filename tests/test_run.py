@@ -198,8 +198,14 @@ def test_private_runs_say_what_they_guarantee(tmp_path):
         assert any("dual_from=local" in str(r.message) for r in rec) == leaks, target
     out = tmp_path / "dp"
     run(Config(algorithm="fedavg", dp="gaussian", epsilon=2.0, out=str(out), **{**SMALL, "rounds": 2}), progress=False)
-    priv = json.loads((out / "summary.json").read_text())["privacy"]
+    summary = json.loads((out / "summary.json").read_text())
+    priv = summary["privacy"]
     assert priv["epsilon_nominal"] == 2.0 and priv["epsilon_exact"] == pytest.approx(1.61, abs=0.005)
+    # the privacy spent over the run (experiment/accounting.py): q = 3/8, 2 rounds, so ⌈0.75⌉ = 1 upload
+    spent = summary["privacy_spent"]
+    assert spent["mechanism"] == "gaussian" and spent["rounds"] == 2 and spent["participation_rate"] == 3 / 8
+    assert spent["participations"] == 1
+    assert spent["epsilon"] == pytest.approx(1.61, abs=0.005) and spent["delta"] == 1e-5
 
 
 def test_bfloat16_state_storage_halves_the_per_client_rows_and_resumes(tmp_path):
