@@ -34,6 +34,17 @@ def _run(root: Path, name: str, final_clients, *, rounds: int = 20, eval_every: 
                       "final": {"mean_acc": final_clients.mean(), "angle": 0.1, "angle_deg": math.degrees(0.1)}})
 
 
+def _cells(root):
+    """The report's cells of the runs under ``root``, each with its η chosen (as ``report`` builds them)."""
+    from fedalf_jax.experiment import report as R
+    runs, _, _ = R.load_runs(R.find_runs([root]))
+    R.name_variants(runs)
+    cells, _ = R.build_cells(runs)
+    for c in cells:
+        R.choose_eta(c)
+    return cells
+
+
 def test_heatmap_shows_every_client_ranked(tmp_path):
     """100 clients, pat1-like: clients 0..9 are FedAvg's best (the old figure showed only them, and ranked
     FedAvg above FedALF); the heatmap has all 100, worst to best, and each row's mean is the table's."""
@@ -45,12 +56,7 @@ def test_heatmap_shows_every_client_ranked(tmp_path):
         _run(tmp_path / "runs", f"alf_s{seed}", fedalf[seed], algorithm="fedalf", seed=seed)
     res = report([str(tmp_path / "runs")], str(tmp_path / "rep"), last=1)
     rows = {r["algorithm"]: r for r in res["rows"]}
-    from fedalf_jax.experiment import report as R
-    runs, _, _ = R.load_runs(R.find_runs([tmp_path / "runs"]))
-    R.name_variants(runs)
-    cells, _ = R.build_cells(runs)
-    for c in cells:
-        R.choose_eta(c)
+    cells = _cells(tmp_path / "runs")
     data, resampled = heatmap_data(cells)
     assert data.shape == (2, 100) and not resampled
     for c, row in zip(cells, data):
@@ -67,12 +73,7 @@ def test_heatmap_shows_every_client_ranked(tmp_path):
 def test_heatmap_resamples_fewer_clients(tmp_path):
     _run(tmp_path / "runs", "a", [0.1, 0.5, 0.9, 0.3], algorithm="fedavg")
     _run(tmp_path / "runs", "b", np.linspace(0.0, 1.0, 8), algorithm="fedavg")  # clients=8 names a variant
-    from fedalf_jax.experiment import report as R
-    runs, _, _ = R.load_runs(R.find_runs([tmp_path / "runs"]))
-    R.name_variants(runs)
-    cells, _ = R.build_cells(runs)
-    for c in cells:
-        R.choose_eta(c)
+    cells = _cells(tmp_path / "runs")
     data, resampled = heatmap_data(cells)
     assert data.shape == (2, 8) and resampled and np.all(np.diff(data, axis=1) >= 0)
 
