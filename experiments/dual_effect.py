@@ -57,7 +57,7 @@ def main() -> int:
     specs = {t: build(Config.from_dict({**cfg.to_dict(), "server_target": t})).spec for t in a.targets}
     state = rd.load_checkpoint(jax.eval_shape(lambda: init_state(spec, cfg.seed)))
     t0 = int(state.round)
-    if not spec.algorithm.has_dual:
+    if not spec.algorithm.has_client_state:
         raise SystemExit(f"{a.run}: {cfg.algorithm} has no dual")
     theta = state.variables["params"]
 

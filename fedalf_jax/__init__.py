@@ -1,3 +1,32 @@
-"""fedalf_jax: a JAX simulator of fair, private federated learning (FedALF, LDP-FedALF and baselines)."""
+"""fedalf_jax: a JAX simulator of fair, private federated learning (FedALF, LDP-FedALF and baselines).
+
+The API (``import fedalf_jax as fj``; README "Python API", docs/extending.md):
+
+* ``fj.Config``: every option of a run (the CLI's flags, with ``_`` for ``-``).
+* ``fj.run(cfg)`` → :class:`Result` (``.metrics`` DataFrame, ``.model``, ``.run_dir``); ``fj.sweep(cfg,
+  out=..., grid=..., seeds=...)`` → :class:`SweepResult`; ``fj.load(run_dir)``; ``fj.report(paths, out)``.
+* Your own algorithm: ``fj.Algorithm`` (small pure functions; ``fj.ServerIn``, ``fj.HParams`` are what
+  they receive) registered with ``fj.register_algorithm(name, factory)`` or named ``"module:attribute"``;
+  your own model (``fj.register_model``, a flax module factory) and data (``fj.register_dataset``).
+* The numerical core: ``fj.fair_direction``, ``fj.solve_simplex_qp``, ``fj.fairness_angle``, the privacy
+  mechanisms ``fj.adaptive_ldp``, ``fj.ldp_fl``, ``fj.gaussian_dp``.
+"""
+
+from .api import Result, SweepResult, load, report, run, sweep
+from .experiment.config import Config, ConfigError
+from .experiment.metrics import fairness_angle, summarize
+from .experiment.registry import ArrayData, register_algorithm, register_dataset, register_model
+from .sim import algorithms
+from .sim.algorithms import Algorithm, HParams, ServerIn
+from .sim.fairness import fair_direction, fair_weights, module_layers, tensor_layers
+from .sim.privacy import adaptive_ldp, gaussian_dp, ldp_fl
+from .sim.qp import solve_simplex_qp
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Config", "ConfigError", "run", "sweep", "load", "report", "Result", "SweepResult",
+    "Algorithm", "ServerIn", "HParams", "algorithms", "register_algorithm", "register_model", "register_dataset",
+    "ArrayData", "fair_direction", "fair_weights", "module_layers", "tensor_layers", "solve_simplex_qp",
+    "fairness_angle", "summarize", "adaptive_ldp", "ldp_fl", "gaussian_dp",
+]

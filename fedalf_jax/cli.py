@@ -21,8 +21,7 @@ from .experiment.config import CONTINUOUS, Config, ConfigError
 
 # flag -> choices, for the string options
 _CHOICES = {
-    "algorithm": C.ALGORITHMS, "dataset": C.DATASETS, "partition": C.PARTITIONS, "assign": C.ASSIGNS,
-    "model": C.MODELS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
+    "partition": C.PARTITIONS, "assign": C.ASSIGNS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
     "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "ldp_on": C.LDP_ON, "fair_norm": C.FAIR_NORMS, "qp_method": C.QP_METHODS, "log": C.LOGS,
     "neighbouring": C.NEIGHBOURING, "state_dtype": C.STATE_DTYPES, "matmul_precision": C.MATMUL_PRECISIONS,
     "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "run_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
@@ -53,19 +52,23 @@ _HELP = {
     "conv_impl": "convolution implementation: auto (per backend), lax, im2col, ...",
     "client_map": "how the compiled round maps over clients: vmap, map (lax.map), auto (per backend)",
     "run_map": "how a sweep's program maps over its runs: vmap, map (lax.map, one after another), auto (map on CPU)",
-    "algorithm": "the federated algorithm (docs/algorithms.md)",
-    "dataset": "fmnist, cifar10, cifar100, or synthetic (offline data shaped like --synthetic-like)",
+    "algorithm": "the federated algorithm: fedavg, fedprox, qfedavg, fedadmm, fedlf, fedalf (docs/algorithms.md), or "
+                 "your own as module:attribute, e.g. examples.feddyn:feddyn (docs/extending.md)",
+    "dataset": "fmnist, cifar10, cifar100, synthetic (offline data shaped like --synthetic-like), or your own arrays "
+               "as module:attribute (docs/extending.md)",
     "data_dir": "folder of the dataset's files (FMNIST IDX .gz, CIFAR python pickles) (default: $FEDALF_DATA_DIR, "
                 "then the known places, e.g. /usr/share/datasets/fashion-mnist from Debian's dataset-fashion-mnist)",
     "data_source": "where the data comes from: dir (--data-dir), tfds (tensorflow-datasets), auto (dir, then tfds)",
     "synthetic_like": "the real dataset whose shapes and class count --dataset synthetic copies",
     "synthetic_train": "training samples of --dataset synthetic", "synthetic_test": "test samples of --dataset synthetic",
     "partition": "how samples are split over clients: pat1 (every client holds exactly 2 classes), pat2 (exactly "
-                 "1 class; the seed paper's pathological partitions), dirichlet (Dirichlet(--alpha) label shares), iid",
+                 "1 class; the seed paper's pathological partitions), dirichlet (Dirichlet(--alpha) label shares), iid, "
+                 "given (a data set's own client lists)",
     "assign": "pat1/pat2 class assignment: fedlf (the FedLF authors' scheme, train and test pools merged) or "
               "shards (FedAvg-style shards of the train set)",
     "alpha": "Dirichlet concentration of --partition dirichlet (smaller: more skewed)",
-    "model": "cnn (the paper's), cnn_bn (with batch norm; no privacy mechanism), mlp (200-200, FedLF's FMNIST model)",
+    "model": "cnn (the paper's), cnn_bn (with batch norm; no privacy mechanism), mlp (200-200, FedLF's FMNIST model), "
+             "or your own flax module's factory as module:attribute (docs/extending.md)",
     "rounds": "communication rounds", "local_epochs": "local epochs E per round", "batch_size": "local minibatch size B",
     "server_lr_decay": "per-round decay of η_g (default per algorithm)",
     "client_grad": "FedLF's client: full (full-batch gradient, FedLF's rule) or local (E epochs of SGD, like the others)",

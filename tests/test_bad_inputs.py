@@ -12,9 +12,9 @@ import pytest
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.rundir import RunDir
-from fedalf_jax.fairness import fair_direction
-from fedalf_jax.metrics import fairness_angle
-from fedalf_jax.qp import solve_simplex_qp
+from fedalf_jax.sim.fairness import fair_direction
+from fedalf_jax.experiment.metrics import fairness_angle
+from fedalf_jax.sim.qp import solve_simplex_qp
 
 TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "4", "--clients-per-round", "2",
         "--synthetic-train", "200", "--synthetic-test", "80", "--rounds", "2", "--eval-every", "1",

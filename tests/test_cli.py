@@ -23,7 +23,7 @@ def _err(capsys, argv):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["run", "--algorithm", "fedsgd"], "invalid choice"),
+    (["run", "--algorithm", "fedsgd"], "unknown algorithm 'fedsgd'"),
     (["run", "--rounds", "-3"], "rounds must be a positive integer"),
     (["run", "--rounds", "ten"], "invalid int value"),
     (["run", "--clients", "5", "--clients-per-round", "10"], "exceeds clients"),

@@ -1,11 +1,11 @@
-"""Tests of fedalf_jax.fairness against an independent float64 NumPy implementation of docs/algorithms.md §3.2."""
+"""Tests of fedalf_jax.sim.fairness against an independent float64 NumPy implementation of docs/algorithms.md §3.2."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax.fairness import fair_direction, fair_weights, module_layers, tensor_layers
+from fedalf_jax.sim.fairness import fair_direction, fair_weights, module_layers, tensor_layers
 from reference import min_norm_simplex_qp
 
 # ------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from fedalf_jax.experiment.config import Config
 from fedalf_jax.experiment.loop import run
 from fedalf_jax.experiment.report import report
 from fedalf_jax.experiment.rundir import RunDir
-from fedalf_jax.fairness import fair_direction
+from fedalf_jax.sim.fairness import fair_direction
 from fedalf_jax.problem.partitions import make_partition
 from fedalf_jax.sim.algorithms import ServerIn, fedadmm, make_admm_upload
 from fedalf_jax.sim.privacy import clip_global_norm

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from fedalf_jax.metrics import fairness_angle, summarize
+from fedalf_jax.experiment.metrics import fairness_angle, summarize
 
 
 def test_fairness_angle_hand_computed():

@@ -1,4 +1,4 @@
-"""Tests of fedalf_jax.privacy: exact output sets, probabilities, unbiasedness, variance, per-tensor
+"""Tests of fedalf_jax.sim.privacy: exact output sets, probabilities, unbiasedness, variance, per-tensor
 statistics, independence of keys, the Gaussian mechanism, jit/vmap with traced hyper-parameters
 and configuration checks.
 

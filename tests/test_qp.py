@@ -1,4 +1,4 @@
-"""Tests of fedalf_jax.qp against an independent float64 reference (SLSQP + exact KKT polish)."""
+"""Tests of fedalf_jax.sim.qp against an independent float64 reference (SLSQP + exact KKT polish)."""
 
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax.qp import solve_simplex_qp, solve_simplex_qp_info
+from fedalf_jax.sim.qp import solve_simplex_qp, solve_simplex_qp_info
 from reference import min_norm_simplex_qp as ref_simplex_qp
 
 METHODS = ["active", "osqp", "pgd"]

@@ -10,7 +10,7 @@ import pytest
 
 from fedalf_jax.experiment.bench import make_sequential
 from fedalf_jax.experiment.config import Config
-from fedalf_jax.fairness import module_layers
+from fedalf_jax.sim.fairness import module_layers
 from fedalf_jax.sim.round import client_phase, init_state, run_rounds
 from fedalf_jax.experiment.build import build
 from fedalf_jax.experiment.loop import run

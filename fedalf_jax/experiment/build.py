@@ -18,12 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..problem.data import load_dataset
-from ..problem.models import make_model
+from ..problem.models import Model, make_model
 from ..problem.partitions import make_partition, pad_indices
 from ..sim import algorithms as A
 from ..sim.fairness import module_layers, tensor_layers
 from ..sim.round import ClientData, RoundSpec, default_client_map
-from .config import Config, ConfigError
+from . import registry
+from .config import ALGORITHMS, DATASETS, MODELS, Config, ConfigError
 
 
 def hparams(cfg: Config) -> A.HParams:
@@ -34,7 +35,13 @@ def hparams(cfg: Config) -> A.HParams:
 
 
 def algorithm(cfg: Config, layer_of) -> A.Algorithm:
-    """The algorithm's keyword factory called with the config's static choices."""
+    """The algorithm's keyword factory called with the config's static choices (a registered or
+    ``module:attribute`` algorithm: its factory, :mod:`.registry`)."""
+    if cfg.algorithm not in ALGORITHMS:
+        try:
+            return registry.make_algorithm(cfg.algorithm, layer_of)
+        except registry.RegistryError as e:
+            raise ConfigError(str(e)) from None
     fair = dict(history=cfg.resolved_history, merge_tol=cfg.merge_tol, qp_method=cfg.qp_method,
                 fair_norm=cfg.resolved_fair_norm)
     kw = {
@@ -72,13 +79,37 @@ def _pool(dataset, data_dir, data_source, synthetic_like, synthetic_train, synth
 
 
 def pool_key(cfg: Config) -> tuple:
-    """What the data pool depends on (the seed only for generated data)."""
+    """What the data pool depends on (the seed only for generated data; a registered data set: its name and
+    the registry's version, so that registering other arrays under the name is seen)."""
+    if cfg.dataset not in DATASETS:
+        return (cfg.dataset, registry.version())
     return (cfg.dataset, cfg.data_dir, cfg.data_source, cfg.synthetic_like, cfg.synthetic_train,
             cfg.synthetic_test, cfg.seed if cfg.dataset == "synthetic" else 0, os.environ.get("FEDALF_DATA_DIR"))
 
 
 def load_pool(cfg: Config) -> Pool:
+    if cfg.dataset not in DATASETS:
+        return _registered_pool(*pool_key(cfg))
     return _pool(*pool_key(cfg))
+
+
+@functools.lru_cache(maxsize=4)
+def _registered_pool(name: str, version: int) -> Pool:
+    d = registry.dataset(name)
+    x = np.concatenate([d.x_train, d.x_test])
+    y = np.concatenate([d.y_train, d.y_test]).astype(np.int32)
+    return Pool(x, y, d.y_train, d.y_test, d.num_classes, f"registered:{name}")
+
+
+def given_partition(cfg: Config, pool: Pool):
+    """A registered data set's own client lists as a partition of the pool (train rows, then test rows
+    offset by the number of train examples)."""
+    from ..problem.partitions import Partition
+    tr, te = registry.dataset(cfg.dataset).clients
+    n_train = len(pool.y_train)
+    test = [np.asarray(t) + n_train for t in te]
+    classes = [sorted(set(pool.y[r].tolist())) for r in tr]
+    return Partition([np.asarray(t) for t in tr], test, classes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +125,11 @@ class Rows:
 
 def client_rows(cfg: Config, pool: Pool) -> Rows:
     like = cfg.synthetic_like if cfg.dataset == "synthetic" else cfg.dataset
-    part = make_partition(pool.y_train, pool.y_test, cfg.clients, cfg.partition, assign=cfg.assign,
-                          alpha=cfg.alpha, seed=cfg.seed, dataset=like)
+    if cfg.partition == "given":
+        part = given_partition(cfg, pool)
+    else:
+        part = make_partition(pool.y_train, pool.y_test, cfg.clients, cfg.partition, assign=cfg.assign,
+                              alpha=cfg.alpha, seed=cfg.seed, dataset=like)
     tr_idx, tr_n = pad_indices(part.train_idx)
     te_idx, te_n = pad_indices(part.test_idx)
     if tr_n.min() < 1 or te_n.min() < 1:
@@ -114,8 +148,7 @@ def check_devices(cfg: Config) -> None:
 def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
     """The round's static part: model, algorithm, shapes, privacy choice, client mapping, and the
     number of devices the sampled clients are sharded over."""
-    model = make_model(cfg.model, num_classes=pool.num_classes, input_shape=pool.x.shape[1:],
-                       conv_impl=cfg.conv_impl, matmul_precision=cfg.matmul_precision)
+    model = build_model(cfg, pool)
     params_shape = jax.eval_shape(model.init, jax.random.PRNGKey(0))["params"]
     layer_of = layer_ids(params_shape, cfg.layers)
     return RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,
@@ -124,6 +157,40 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
                      neighbouring=cfg.neighbouring, client_devices=client_devices,
                      state_dtype=jnp.dtype(cfg.state_dtype),
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
+
+
+def build_model(cfg: Config, pool: Pool) -> Model:
+    """The config's model for the pool's example shape and classes (a registered or ``module:attribute``
+    model: its flax module, checked on one example: one error naming a shape mismatch)."""
+    if cfg.model in MODELS:
+        return make_model(cfg.model, num_classes=pool.num_classes, input_shape=pool.x.shape[1:],
+                          conv_impl=cfg.conv_impl, matmul_precision=cfg.matmul_precision)
+    try:
+        module = registry.make_module(cfg.model, pool.num_classes)
+    except registry.RegistryError as e:
+        raise ConfigError(str(e)) from None
+    shape = tuple(pool.x.shape[1:])
+    train = registry.takes_train(module)
+    x = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
+    try:
+        variables = jax.eval_shape(lambda k, x: module.init({"params": k, "dropout": k}, x,
+                                                            **({"train": False} if train else {})),
+                                   jax.random.PRNGKey(0), x)
+        logits = jax.eval_shape(lambda v, x: module.apply(v, x, **({"train": False} if train else {})), variables, x)
+    except Exception as e:  # noqa: BLE001 - a module that cannot take these inputs: say which shapes
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"model {cfg.model!r} cannot take the data set's examples of shape {shape} (a batch "
+                          f"[B, {', '.join(map(str, shape))}]): {type(e).__name__}: {msg[:300]}") from None
+    if not hasattr(logits, "shape") or tuple(logits.shape) != (2, pool.num_classes):
+        got = getattr(logits, "shape", type(logits).__name__)
+        raise ConfigError(f"model {cfg.model!r} maps a batch of 2 examples to {got}, but the data set has "
+                          f"{pool.num_classes} classes: it must return logits of shape [B, {pool.num_classes}]")
+    extra = sorted(set(variables) - {"params", "batch_stats"})
+    if extra:
+        raise ConfigError(f"model {cfg.model!r} has variable collections {extra}: the round keeps only 'params' "
+                          f"(and 'batch_stats')")
+    return Model(cfg.model, module, shape, pool.num_classes, "batch_stats" in variables, cfg.matmul_precision,
+                 takes_train=train)
 
 
 def warn_privacy(cfg: Config) -> None:

@@ -19,10 +19,11 @@ import numpy as np
 
 from ..sim.algorithms import DUAL_FROM, FACTORIES, FAIR_NORMS, SERVER_TARGETS
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, NEIGHBOURING, gaussian_epsilon
+from . import registry
 
 ALGORITHMS = tuple(FACTORIES)
 DATASETS = ("fmnist", "cifar10", "cifar100", "synthetic")
-PARTITIONS = ("pat1", "pat2", "dirichlet", "iid")
+PARTITIONS = ("pat1", "pat2", "dirichlet", "iid", "given")  # given: a registered data set's own client lists
 ASSIGNS = ("fedlf", "shards")
 MODELS = ("cnn", "cnn_bn", "mlp")
 LDPS = LDP_NAMES
@@ -173,6 +174,9 @@ class Config:
     seed: int = 0
     out: Optional[str] = None
 
+    def __post_init__(self):
+        self.validated()  # Config(...) itself refuses bad values, with the one-line message
+
     # ---- derived values -------------------------------------------------------------
     @property
     def private(self) -> bool:
@@ -199,7 +203,7 @@ class Config:
     def _server_defaults(self) -> tuple:
         if self.private and self.algorithm in _PRIVATE_SERVER_LR:
             return _PRIVATE_SERVER_LR[self.algorithm]
-        return _SERVER_DEFAULTS[self.algorithm]
+        return _SERVER_DEFAULTS.get(self.algorithm, (1.0, 1.0))  # a user's algorithm: η_g 1, no decay
 
     @property
     def resolved_server_lr(self) -> float:
@@ -241,6 +245,8 @@ class Config:
         d.update(server_lr=self.resolved_server_lr, server_lr_decay=self.resolved_server_lr_decay,
                  rho=self.resolved_rho, server_target=self.resolved_server_target, history=self.resolved_history,
                  dual_from=self.resolved_dual_from, fair_norm=self.resolved_fair_norm, ldp_on=self.resolved_ldp_on)
+        if self.dataset not in DATASETS:  # a registered data set: its arrays are part of the run's identity
+            d["dataset_digest"] = registry.dataset(self.dataset).digest
         return d
 
     @classmethod
@@ -270,6 +276,26 @@ class Config:
         return dataclasses.replace(self, **kw).validated()
 
     # ---- validation -----------------------------------------------------------------
+    def _check_custom(self) -> None:
+        """A registered data set's options: its own client lists (partition given) fix the client count."""
+        if self.dataset in DATASETS:
+            if self.partition == "given":
+                raise ConfigError(f"partition given needs a data set registered with its own client lists "
+                                  f"(fedalf_jax.register_dataset(..., clients=...)); {self.dataset} has none: use "
+                                  f"one of {', '.join(p for p in PARTITIONS if p != 'given')}")
+            return
+        data = registry.dataset(self.dataset)
+        if self.data_dir is not None:
+            raise ConfigError(f"--data-dir has no meaning for the registered data set {self.dataset!r}; drop it")
+        if self.partition == "given":
+            if data.clients is None:
+                raise ConfigError(f"partition given: data set {self.dataset!r} was registered without client lists; "
+                                  f"register it with clients=(train_lists, test_lists) or choose pat1, pat2, "
+                                  f"dirichlet or iid")
+            if self.clients != data.num_clients:
+                raise ConfigError(f"data set {self.dataset!r} gives {data.num_clients} clients' lists but clients is "
+                                  f"{self.clients}; set clients={data.num_clients}")
+
     @property
     def privacy(self) -> dict:
         """What a private run's guarantee is, for ``summary.json`` and ``config.json`` (empty without a
@@ -308,13 +334,14 @@ class Config:
                 raise ConfigError(f"{name} must be a path (a string), got {type(v).__name__} {v!r}")
         if self.history is not None and not isinstance(self.history, bool):
             raise ConfigError(f"history must be true, false or null (the algorithm's default), got {self.history!r}")
-        _choice("algorithm", self.algorithm, ALGORITHMS)
-        _choice("dataset", self.dataset, DATASETS)
+        _named("algorithm", self.algorithm, ALGORITHMS)
+        _named("dataset", self.dataset, DATASETS)
         _choice("synthetic_like", self.synthetic_like, ("fmnist", "cifar10", "cifar100"))
         _choice("data_source", self.data_source, ("auto", "dir", "tfds"))
         _choice("partition", self.partition, PARTITIONS)
         _choice("assign", self.assign, ASSIGNS)
-        _choice("model", self.model, MODELS)
+        _named("model", self.model, MODELS)
+        self._check_custom()
         _choice("ldp", self.ldp, LDPS)
         _choice("dp", self.dp, DPS)
         _choice("client_grad", self.client_grad, CLIENT_GRADS)
@@ -405,6 +432,10 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
                        "perturbs (the mechanisms perturb an uploaded model: use client_grad=local)")
     if cfg.model == "cnn_bn":
         return False, "cnn_bn's batch-norm statistics leave the client un-noised (the server averages them)"
+    if cfg.algorithm not in ALGORITHMS and not _declares_private_upload(cfg.algorithm):
+        return False, (f"algorithm {cfg.algorithm!r} does not declare private_upload=True (that its upload is a "
+                       f"function of the mechanism's output w̃_i and public values only), so nothing says the "
+                       f"mechanism's guarantee covers what it uploads")
     target = cfg.resolved_server_target
     dual_from = cfg.resolved_dual_from
     if cfg.algorithm in _ADMM and dual_from == "local" and target == "increment":
@@ -420,7 +451,10 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     if cfg.ldp == "adaptive" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:
         return False, (f"ldp=adaptive at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the flip "
                        f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly")
-    if cfg.algorithm in _ADMM and target == "model":
+    if cfg.algorithm not in ALGORITHMS:
+        upload = (f"algorithm {cfg.algorithm!r} declares its upload a function of the mechanism's output w̃_i and "
+                  f"public values (private_upload=True)")
+    elif cfg.algorithm in _ADMM and target == "model":
         upload = ("the model upload sends only the mechanism's output w̃_i (the dual, computed from the un-noised "
                   "model with dual_from=local, stays on the client)" if dual_from == "local" else
                   "the model upload sends only the mechanism's output w̃_i")
@@ -447,6 +481,13 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
                   f"({what}); nothing composes it over rounds")
 
 
+def _declares_private_upload(name: str) -> bool:
+    try:
+        return bool(registry.make_algorithm(name, None).private_upload)
+    except Exception:  # noqa: BLE001 - a factory that needs the model's layers: build() checks it again
+        return False
+
+
 def privacy_not_covered(cfg: "Config") -> list[str]:
     """What a private run's client reveals un-noised beside the mechanism's output, outside the guarantee
     of :func:`privacy_guarantee` (docs/privacy.md). Empty without a mechanism."""
@@ -458,6 +499,15 @@ def privacy_not_covered(cfg: "Config") -> list[str]:
         out.append("|δ| = |w − c| of every weight")
     if mech in ("adaptive", "ldp_fl"):
         out.append("each tensor's centre c and radius r")
+    if cfg.algorithm not in ALGORITHMS:
+        try:
+            alg = registry.make_algorithm(cfg.algorithm, None)
+        except Exception:  # noqa: BLE001 - a factory that needs the model's layers
+            alg = None
+        if alg is None or alg.needs_loss:
+            out.append("the loss l_i = f_i(θ_t)" + ("" if alg is not None else ", if its server uses it"))
+        out.append("the sample count n_i, if its server uses ServerIn.weights")
+        return out
     if cfg.algorithm in _SENDS_LOSS:
         out.append("the loss l_i = f_i(θ_t)")
     if cfg.algorithm in _WEIGHTED_BY_N:
@@ -476,6 +526,18 @@ def parse_every(v: Any) -> tuple[str, float]:
     if not m.group(2):
         return "rounds", int(m.group(1))
     return "seconds", float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def _named(name: str, value: Any, builtin: tuple) -> None:
+    """A built-in name, a registered one, or an importable ``module:attribute`` (:mod:`.registry`)."""
+    if value in builtin:
+        return
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a name (a string), got {type(value).__name__} {value!r}")
+    try:
+        registry.lookup(name, value, builtin)
+    except registry.RegistryError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _choice(name: str, value: Any, options: tuple) -> None:
@@ -528,8 +590,9 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
         raise ValueError(f"unknown ldp={ldp!r}; use one of {', '.join(map(repr, LDP_NAMES))}")
     if dp not in DPS:
         raise ValueError(f"unknown dp={dp!r}; use one of {', '.join(map(repr, DPS))}")
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm={algorithm!r}; use one of {', '.join(map(repr, ALGORITHMS))}")
+    if algorithm not in ALGORITHMS and not registry.known("algorithm", algorithm, ALGORITHMS):
+        raise ValueError(f"unknown algorithm={algorithm!r}; use one of {', '.join(map(repr, ALGORITHMS))} or "
+                         f"register your own (docs/extending.md)")
     if algorithm == "fedlf":
         client_grad = "full" if client_grad is None else client_grad
         if client_grad not in CLIENT_GRADS:

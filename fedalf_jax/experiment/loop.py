@@ -330,6 +330,7 @@ class Slot:
     status: str = "running"
     message: str = ""
     retired: bool = False  # a diverged run whose slot no longer counts
+    variables: Any = None  # the final global model (host arrays), once the run has ended
     t0: float = dataclasses.field(default_factory=time.perf_counter)
 
     @property
@@ -438,6 +439,9 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             if variables0 is not None:  # no chunk ran (zero rounds, or Ctrl-C before the first)
                 state, variables0 = row0(state, variables0), None
             ckpt.wait()
+            for i, slot in enumerate(slots):
+                if slot is not None:
+                    slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
             if INTERRUPT.requested and t < cfg.rounds:
                 raise Interrupted(t, [s.rundir.path for s in slots if s is not None and s.rundir is not None],
                                   saved=t > start)
@@ -554,7 +558,7 @@ def say(msg: str) -> None:
 
 
 def run(cfg: Config, *, progress: bool = True, resume: bool = False, overwrite: bool = False,
-        announce: bool = False) -> list[dict]:
+        announce: bool = False, full: bool = False):
     """Run ``cfg`` (writing a run directory when ``cfg.out`` is set); returns one dict per evaluation.
 
     ``resume``: continue from the checkpoint in ``cfg.out``, which must have been written by a config
@@ -565,16 +569,20 @@ def run(cfg: Config, *, progress: bool = True, resume: bool = False, overwrite: 
     :class:`Interrupted` after a Ctrl-C (once the metrics and a checkpoint are saved) and
     :class:`RunStopped` when a write fails. ``announce``: say where the run goes once its data loaded.
     A folder this call created is removed again if the run fails before writing anything into it.
+    ``full``: return the run's :class:`Slot` (its rows and its final model, ``variables``; ``None`` when
+    nothing was left to run) instead of the rows.
     """
     rd = RunDir(cfg.out) if cfg.out else None
     writer = jax.process_index() == 0  # under jax.distributed every process runs the loop; one writes
     if rd is None or not writer:
         with INTERRUPT.active():
-            return _run(cfg, rd, writer, progress=progress, resume=resume, announce=announce)
+            slot = _run(cfg, rd, writer, progress=progress, resume=resume, announce=announce)
+        return slot if full else slot.rows
     created = [p for p in (rd.path, *rd.path.parents) if not p.exists()]  # the folders this call makes
     with rd.claim(resume=resume, overwrite=overwrite), INTERRUPT.active():
         try:
-            return _run(cfg, rd, writer, progress=progress, resume=resume, announce=announce)
+            slot = _run(cfg, rd, writer, progress=progress, resume=resume, announce=announce)
+            return slot if full else slot.rows
         except BaseException:
             if created:
                 rd.remove_if_unused(upto=created[-1])
@@ -582,7 +590,7 @@ def run(cfg: Config, *, progress: bool = True, resume: bool = False, overwrite: 
 
 
 def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, resume: bool,
-         announce: bool = False) -> list[dict]:
+         announce: bool = False) -> Slot:
     exp = build(cfg)
     if announce and rd is not None and writer:
         say(f"writing the run to {rd.path}")
@@ -597,7 +605,7 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
             if start > cfg.rounds:
                 raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
             if start == cfg.rounds and rd.status() == "done":
-                return rows_of(rd)  # nothing left to run
+                return Slot(cfg, rd, rows=rows_of(rd), status="done")  # nothing left to run
         elif resume and writer:
             say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
         if writer:
@@ -622,4 +630,4 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
         bar.close()
     if slot.status == "diverged":
         raise FloatingPointError(slot.message)
-    return slot.rows
+    return slot

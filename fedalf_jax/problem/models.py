@@ -235,6 +235,7 @@ class Model:
     num_classes: int
     has_batch_stats: bool
     matmul_precision: str = "default"  # of apply's float32 matmuls and convolutions (and their gradients)
+    takes_train: bool = True  # the module's __call__ has a train argument (a user's module may not)
 
     def init(self, key: jax.Array) -> dict:
         """Variables: ``{'params': ...}`` (+ ``'batch_stats'`` for models with BatchNorm).
@@ -242,7 +243,7 @@ class Model:
         Compiled and cached per (module, input shape): eager flax init would dispatch hundreds of
         small ops. Also usable under jit / vmap (e.g. over seeds).
         """
-        return _jitted_init(self.module, self.input_shape)(key)
+        return _jitted_init(self.module, self.input_shape, self.takes_train)(key)
 
     def apply(self, variables: dict, x: jax.Array, *, train: bool = False, rng=None):
         """Return ``(logits, new_state)``.
@@ -266,24 +267,25 @@ class Model:
         rngs = {}
         if train and rng is not None:
             rngs["dropout"] = rng
+        kw = {"train": train} if self.takes_train else {}
         if not self.has_batch_stats:
-            return self.module.apply(variables, x, train=train, rngs=rngs), {}
+            return self.module.apply(variables, x, rngs=rngs, **kw), {}
         if not train:
-            logits = self.module.apply(variables, x, train=False)
+            logits = self.module.apply(variables, x, **kw)
             return logits, {"batch_stats": variables["batch_stats"]}
         if rng is None:
             raise ModelError(f"model {self.name!r} needs rng= for dropout when train=True")
         logits, mutated = self.module.apply(
-            variables, x, train=True, rngs=rngs, mutable=["batch_stats"]
+            variables, x, rngs=rngs, mutable=["batch_stats"], **kw
         )
         return logits, {"batch_stats": mutated["batch_stats"]}
 
 
 @functools.lru_cache(maxsize=64)
-def _jitted_init(module: nn.Module, input_shape: tuple):
+def _jitted_init(module: nn.Module, input_shape: tuple, takes_train: bool = True):
     def init(key):
         x = jnp.zeros((1, *input_shape), jnp.float32)
-        return dict(module.init({"params": key}, x, train=False))
+        return dict(module.init({"params": key}, x, **({"train": False} if takes_train else {})))
 
     return jax.jit(init)
 

@@ -2,11 +2,13 @@
 
 Each algorithm is built by a keyword factory (``fedavg()``, ``fedalf(layer_of, server_target=...)``,
 after optax's ``alias.py``) that returns an :class:`Algorithm`: three choices,
-  * the client's local objective (a penalty added to ``f_i``, possibly using the client's dual),
-  * what the client uploads, as the pseudo-gradient ``Δ_i = θ_t − u_i`` (and the new dual),
-  * the server update from the ``Δ_i``.
-Privacy (LDP / DP) is applied by the round between local training and the upload, the same way
-for every algorithm that uploads a model.
+  * the client's local objective (a penalty added to ``f_i``, possibly using the client's state),
+  * what the client uploads, as the pseudo-gradient ``Δ_i = θ_t − u_i`` (and its new state),
+  * the server update from the ``Δ_i``,
+and two optional states: one per client (the ADMM dual; any pytree, ``init_client_state``) and the
+server's (FedLF's history rows; ``init_server_state``). Privacy (LDP / DP) is applied by the round
+between local training and the upload, the same way for every algorithm that uploads a model.
+A user's own algorithm is an :class:`Algorithm` too (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ServerIn(NamedTuple):
     sel: Any            # sampled client ids, [m]
     sstate: Any         # server state (history rows) or ()
     noise_var: Any = None  # [m]: Σ over Δ_i's values of their privacy-noise variance (needs_noise_var)
+    num_clients: Any = None  # N, the federation's size (a Python int)
 
 
 SERVER_INFO = ("qp_iters", "qp_residual", "qp_fallback", "qp_blocks")
@@ -61,19 +64,44 @@ def _no_server_state(params, num_clients):
     return ()
 
 
+def zeros_like_params(params):
+    """A per-client state of zeros shaped like the model's params (the ADMM dual's ``init_client_state``)."""
+    return jax.tree_util.tree_map(jnp.zeros_like, params)
+
+
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
-    """One algorithm: small pure functions the round calls (build it with a factory below)."""
+    """One algorithm: small pure functions the round calls (build it with a factory below, or write
+    your own: docs/extending.md has the contract).
+
+    * ``server(s: ServerIn) -> (new θ, new server state, info)``: ``info`` is ``{}`` or a dict of float32
+      scalars among :data:`SERVER_INFO` (missing ones are filled with zeros).
+    * ``upload(theta, w, w_tilde, state, hp, lr_t) -> (Δ_i, new state)``: ``w`` the client's trained
+      params, ``w_tilde`` what it reveals (``w`` itself unless a privacy mechanism is on), ``state`` its
+      per-client state (``()`` without ``init_client_state``).
+    * ``penalty(theta, state, hp) -> (params -> scalar)`` added to the client's loss, or ``None``.
+    * ``init_client_state(params) -> pytree``: one client's initial state (the round keeps one per client,
+      stored in ``--state-dtype``); ``None``: no per-client state.
+    * ``init_server_state(params, num_clients) -> pytree``.
+    * ``private_upload``: the upload is a function of ``w_tilde`` and public values only, so a privacy
+      mechanism's guarantee covers it (post-processing); a user's algorithm declares it.
+    """
 
     name: str
     server: Callable           # ServerIn -> (new θ, new server state, info)
-    upload: Callable           # (theta, w, w_tilde, dual, hp, lr_t) -> (Δ_i, new dual)
-    penalty: Optional[Callable] = None  # (theta, dual, hp) -> (params -> scalar), or None
+    upload: Callable           # (theta, w, w_tilde, state, hp, lr_t) -> (Δ_i, new state)
+    penalty: Optional[Callable] = None  # (theta, state, hp) -> (params -> scalar), or None
     local_train: bool = True   # False: the client sends ∇f_i(θ_t) (FedLF client_grad=full)
     needs_loss: bool = False   # the server uses l_i = f_i(θ_t)
-    has_dual: bool = False     # ADMM: a dual per client lives in the run state
+    init_client_state: Optional[Callable] = None  # params -> one client's state (the ADMM dual), or None
     init_server_state: Callable = _no_server_state  # (params, num_clients) -> server state
     needs_noise_var: bool = False  # the server uses ServerIn.noise_var (under a privacy mechanism)
+    private_upload: bool = False  # the upload is post-processing of w̃ (a user's algorithm declares it)
+
+    @property
+    def has_client_state(self) -> bool:
+        """A state per client lives in the run state (FedADMM's and FedALF's dual)."""
+        return self.init_client_state is not None
 
 
 # ---- local objectives ---------------------------------------------------------------------
@@ -89,7 +117,7 @@ def admm_penalty(theta, dual, hp):
 # ---- uploads ----------------------------------------------------------------------------------
 
 def model_upload(theta, w, w_tilde, dual, hp, lr_t):
-    """u_i = w̃_i: Δ_i = θ − w̃_i."""
+    """u_i = w̃_i: Δ_i = θ − w̃_i (the client's state passes through unchanged)."""
     return T.sub(theta, w_tilde), dual
 
 
@@ -215,23 +243,24 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
 
 def fedavg() -> Algorithm:
     """FedAvg: local SGD on ``f_i``, ``θ ← θ − η_g Σ p_i Δ_i``."""
-    return Algorithm("fedavg", server=weighted_mean_server, upload=model_upload)
+    return Algorithm("fedavg", server=weighted_mean_server, upload=model_upload, private_upload=True)
 
 
 def fedprox() -> Algorithm:
     """FedProx: local objective ``f_i(w) + μ/2‖w − θ‖²``, FedAvg's server."""
-    return Algorithm("fedprox", server=weighted_mean_server, upload=model_upload, penalty=prox_penalty)
+    return Algorithm("fedprox", server=weighted_mean_server, upload=model_upload, penalty=prox_penalty,
+                     private_upload=True)
 
 
 def qfedavg() -> Algorithm:
     """q-FFL / qFedAvg with ``q`` from the hyper-parameters."""
-    return Algorithm("qfedavg", server=qfedavg_server, upload=model_upload, needs_loss=True)
+    return Algorithm("qfedavg", server=qfedavg_server, upload=model_upload, needs_loss=True, private_upload=True)
 
 
 def fedadmm(*, server_target: str = "model", dual_from: str = "local") -> Algorithm:
     """FedADMM: ADMM local objective and dual, ``θ ← θ − η_g mean_i Δ_i``."""
     return Algorithm("fedadmm", server=mean_server, upload=make_admm_upload(server_target, dual_from),
-                     penalty=admm_penalty, has_dual=True)
+                     penalty=admm_penalty, init_client_state=zeros_like_params)
 
 
 def fedlf(layer_of, *, client_grad: str = "full", history: bool = True, merge_tol: float = 1e-6,
@@ -252,7 +281,8 @@ def fedalf(layer_of, *, server_target: str = "increment", dual_from: str = "loca
     server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
                                           fair_norm=fair_norm)
     return Algorithm("fedalf", server=server, upload=make_admm_upload(server_target, dual_from),
-                     penalty=admm_penalty, needs_loss=True, has_dual=True, init_server_state=init_state,
+                     penalty=admm_penalty, needs_loss=True, init_client_state=zeros_like_params,
+                     init_server_state=init_state,
                      needs_noise_var=fair_norm == "denoised")
 
 

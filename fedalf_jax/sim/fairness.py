@@ -196,7 +196,7 @@ def fair_direction(deltas, losses, *, layer_of=None, history=None, history_mask=
     history_gram: optional ``[K, H, H]`` per-layer Gram of the history rows among themselves (all
       ``H`` rows, unmasked), kept across rounds with :func:`update_history_gram`; saves ``H²·D``.
     merge_tol: step 4 threshold (static).
-    qp_method: ``"auto"``, ``"osqp"`` or ``"pgd"`` (static), see :mod:`fedalf_jax.qp`.
+    qp_method: ``"auto"``, ``"osqp"`` or ``"pgd"`` (static), see :mod:`fedalf_jax.sim.qp`.
     num_layers: static number of layers ``K`` (default ``max(layer_of) + 1``).
     noise_sq: optional scalar ``Σ_i Var Δ̃_i`` (summed over every value) of privacy noise in the rows:
       step 5 then rescales to ``sqrt(max(‖Σ_i Δ̃_i‖² − noise_sq, 0))/m``, an estimate of the noise-free

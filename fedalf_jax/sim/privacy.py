@@ -25,7 +25,7 @@ Per-tensor quantities (local mechanisms).  For one parameter tensor ("layer") wi
     k = (e^ε + 1) / (e^ε - 1) = 1 / tanh(ε/2)
 
 By default every pytree leaf is its own tensor; ``layer_of`` (a pytree of static ints with the same
-structure, as in :func:`fedalf_jax.fairness.fair_direction`) makes leaves with the same id share one
+structure, as in :func:`fedalf_jax.sim.fairness.fair_direction`) makes leaves with the same id share one
 ``c, r`` (e.g. kernel and bias of a module together).  The simulator's round always applies the
 mechanisms per tensor (``layer_of=None``), whatever ``--layers`` says: ``--layers`` sets the blocks of
 the fair aggregation only.  Non-floating and empty leaves pass through unchanged.  The PRNG key is

@@ -44,7 +44,7 @@ class ClientData(NamedTuple):
 
 class RunState(NamedTuple):
     variables: Any  # global model {'params': θ, ('batch_stats': ...)}
-    duals: Any      # ADMM duals of all N clients (leading axis N), or ()
+    duals: Any      # the per-client states of all N clients (leading axis N; the ADMM duals), or ()
     sstate: Any     # server state (FedLF history rows), or ()
     round: Any      # int32 scalar: the next round's index
     key: Any        # the run key; round t uses fold_in(key, t)
@@ -52,7 +52,7 @@ class RunState(NamedTuple):
 
 class ClientOut(NamedTuple):
     delta: Any      # Δ_i
-    dual: Any       # the client's new dual (or ())
+    dual: Any       # the client's new state (the ADMM dual; or ())
     loss: Any       # l_i = f_i(θ_t) (0 when not needed)
     stats: Any      # the client's batch statistics after training (or None)
     noise_var: Any = 0.0  # Σ over Δ_i's values of their privacy-noise variance (0 unless the server asks)
@@ -92,9 +92,23 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     variables = spec.model.init(init_key)
     params = variables["params"]
     stored = T.cast(params, spec.state_dtype)  # per-client rows are stored in spec.state_dtype
-    duals = T.zeros_stacked(stored, spec.num_clients) if spec.algorithm.has_dual else ()
+    duals = client_states(spec.algorithm, stored, spec.num_clients, spec.state_dtype)
     sstate = spec.algorithm.init_server_state(stored, spec.num_clients)
     return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key)
+
+
+def client_states(alg: Algorithm, params, num_clients: int, dtype):
+    """Every client's initial state: ``alg.init_client_state(params)`` repeated along a leading axis of
+    ``num_clients`` (its floating leaves stored in ``dtype``), or ``()`` without a per-client state."""
+    if alg.init_client_state is None:
+        return ()
+    one = T.cast(alg.init_client_state(params), dtype)
+    return jax.tree_util.tree_map(lambda x: jnp.repeat(jnp.asarray(x)[None], num_clients, axis=0), one)
+
+
+def client_state_like(alg: Algorithm, params):
+    """The shapes and (compute) dtypes of one client's state, as ``init_client_state`` makes it."""
+    return jax.eval_shape(alg.init_client_state, params)
 
 
 def privatise(spec: RoundSpec, key, theta, w, hp: HParams, *, with_variance: bool = False):
@@ -189,12 +203,14 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
     theta = state.variables["params"]
     weights = n_sel.astype(jnp.float32) / jnp.sum(n_sel)
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
-                    hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var)
+                    hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var,
+                    spec.num_clients)
     new_theta, sstate, info = alg.server(s_in)
+    info = {k: jnp.asarray(info.get(k, 0.0), jnp.float32) for k in SERVER_INFO}  # a user's server may give {}
     variables = {"params": new_theta}
     if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg
         variables["batch_stats"] = T.weighted_sum(outs.stats, weights)
-    duals = T.put(state.duals, sel, outs.dual) if alg.has_dual else state.duals
+    duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals
     model_c, layer_c = conflicts(spec, outs.delta, T.sub(theta, new_theta))
     metrics = {"model_conflicts": model_c, "layer_conflicts": layer_c,
                "client_loss": jnp.mean(outs.loss) if alg.needs_loss else jnp.full((), jnp.nan), **info}
@@ -206,7 +222,9 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     m = spec.clients_per_round
     k_sel, ckeys = round_keys(state, m)
     sel = sample_clients(spec, k_sel)
-    duals = T.take_as(state.duals, sel, state.variables["params"]) if spec.algorithm.has_dual else ()
+    alg = spec.algorithm
+    duals = (T.take_as(state.duals, sel, client_state_like(alg, state.variables["params"]))
+             if alg.has_client_state else ())
     idx, n = data.train_idx[sel], data.train_n[sel]
 
     def one(pc, sh):

@@ -1,0 +1,173 @@
+"""The Python API: what ``import fedalf_jax as fj`` gives a notebook or a script (the CLI calls the same
+functions).
+
+``fj.run(fj.Config(...))`` runs one configuration and returns a :class:`Result` (metrics as a pandas
+DataFrame, the final model, the run directory); ``fj.sweep(...)`` runs a grid of them as vmapped programs;
+``fj.load(run_dir)`` reads a finished (or interrupted) run back; ``fj.report(...)`` tabulates run folders.
+Your own algorithm, model and data plug into the same compiled round (:mod:`.experiment.registry`,
+docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+from .experiment.config import Config, ConfigError
+
+
+def _frame(rows: list[dict]):
+    """One row per evaluation: the scalar metrics, then ``acc_0 .. acc_{N-1}`` (each client's accuracy)."""
+    import pandas as pd
+    if not rows:
+        return pd.DataFrame()
+    scalars = [{k: v for k, v in r.items() if k != "acc"} for r in rows]
+    df = pd.DataFrame(scalars)
+    acc = np.asarray([np.asarray(r["acc"], np.float64) for r in rows])
+    per_client = pd.DataFrame(acc, columns=[f"acc_{i}" for i in range(acc.shape[1])], index=df.index)
+    return pd.concat([df, per_client], axis=1)
+
+
+@dataclasses.dataclass(eq=False)
+class Result:
+    """One run: ``config``, ``metrics`` (a DataFrame, one row per evaluation: ``round``, ``mean_acc``,
+    ``angle_deg``, ... and ``acc_i`` per client), ``status`` (``done``, ``diverged``, ``interrupted``,
+    ``running``), ``run_dir`` (``None`` for a run without ``out``), ``summary`` (``summary.json``) and
+    ``model``: the final global model's variables ``{'params': ...}`` (read from the checkpoint on first
+    use when the result was loaded)."""
+
+    config: Config
+    metrics: Any
+    status: str
+    run_dir: Optional[Path] = None
+    summary: Optional[dict] = None
+    _variables: Any = None
+
+    @property
+    def model(self) -> dict:
+        if self._variables is None:
+            if self.run_dir is None:
+                raise ConfigError("this run kept no model (it had nothing left to run and no run directory)")
+            self._variables = _load_variables(self.run_dir, self.config)
+        return self._variables
+
+    @property
+    def final(self) -> dict:
+        """The last evaluation's scalar metrics."""
+        if len(self.metrics) == 0:
+            return {}
+        row = self.metrics.iloc[-1]
+        return {k: row[k] for k in self.metrics.columns if not str(k).startswith("acc_")}
+
+    def __repr__(self) -> str:
+        where = f", run_dir={str(self.run_dir)!r}" if self.run_dir is not None else ""
+        f = self.final
+        got = (f", final mean_acc={f['mean_acc']:.4f}, angle={f['angle_deg']:.2f}°" if f else "")
+        return f"Result({self.config.algorithm}, {self.status}, {len(self.metrics)} evaluations{got}{where})"
+
+
+def _load_variables(run_dir: Path, cfg: Config) -> dict:
+    from .experiment.build import load_pool, make_spec
+    from .experiment.rundir import RunDir
+    from .sim.round import init_state
+    spec = make_spec(cfg, load_pool(cfg))
+    state = RunDir(run_dir).load_checkpoint(init_state(spec, cfg.seed))
+    return {k: v for k, v in state.variables.items()}
+
+
+def _config(cfg: Optional[Config], options: dict) -> Config:
+    if cfg is None:
+        return Config(**options).validated()
+    if not isinstance(cfg, Config):
+        raise ConfigError(f"expected a fedalf_jax.Config, got {type(cfg).__name__}; build one with "
+                          f"fj.Config(algorithm=..., ...)")
+    return cfg.replace(**options) if options else cfg.validated()
+
+
+def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool = False, overwrite: bool = False,
+        **options) -> Result:
+    """Run one configuration: ``fj.run(fj.Config(algorithm="fedavg", model="mlp"))`` or
+    ``fj.run(algorithm="fedavg", model="mlp", rounds=20)`` (options override ``cfg``'s). With ``out`` set
+    the run writes its directory (config.json, metrics.csv, checkpoints) and ``resume``/``overwrite`` act as
+    the CLI's ``--resume``/``--overwrite``. Raises ``FloatingPointError`` when the model diverges."""
+    from .experiment.loop import run as run_loop
+    from .experiment.rundir import RunDir
+    cfg = _config(cfg, options)
+    slot = run_loop(cfg, progress=progress, resume=resume, overwrite=overwrite, full=True)
+    rd = RunDir(cfg.out) if cfg.out else None
+    return Result(cfg, _frame(slot.rows), slot.status if slot.status != "running" else "done",
+                  rd.path if rd else None, rd.summary() if rd else None, slot.variables)
+
+
+def load(run_dir: str | Path) -> Result:
+    """A run directory read back: its config, metrics, status and summary; its final model on first use
+    of ``.model`` (from the last usable checkpoint)."""
+    from .experiment.loop import rows_of
+    from .experiment.rundir import RunDir
+    rd = RunDir(run_dir)
+    if not rd.has_config():
+        raise ConfigError(f"{rd.path} holds no run (no config.json); give a folder written by fj.run or fedalf run")
+    return Result(rd.config(), _frame(rows_of(rd)), rd.status(), rd.path, rd.summary())
+
+
+@dataclasses.dataclass(eq=False)
+class SweepResult:
+    """A sweep's runs (``runs``, each a :class:`Result`), its folder, and ``table``: one row per run with
+    its name, the options that vary, and its final metrics."""
+
+    out: Path
+    runs: list
+    names: list
+
+    @property
+    def table(self):
+        import pandas as pd
+        rows = []
+        for name, r in zip(self.names, self.runs):
+            rows.append({"run": name, "algorithm": r.config.algorithm, "seed": r.config.seed, "status": r.status,
+                         **{k: r.final.get(k) for k in ("mean_acc", "angle_deg", "worst10_acc")}})
+        return pd.DataFrame(rows)
+
+    def __getitem__(self, i):
+        return self.runs[i]
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def __repr__(self) -> str:
+        return f"SweepResult({len(self.runs)} runs in {str(self.out)!r})"
+
+
+def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[dict] = None,
+          seeds: Iterable[int] = (0,), progress: bool = True, chunk: Optional[int] = None, **options) -> SweepResult:
+    """Run ``cfg`` (or ``Config(**options)``) for every combination of ``grid`` (option name → list of
+    values) and every seed, as vmapped programs, into run directories under ``out`` (one per run; the
+    same call again resumes what is unfinished). E.g. ``fj.sweep(cfg, out="runs/s", grid={"algorithm":
+    ["fedavg", "fedalf"]}, seeds=[0, 1, 2])``."""
+    from .experiment import sweep as S
+    cfg = _config(cfg, options)
+    base = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "out")}
+    grid = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (grid or {}).items()}
+    unknown = sorted(set(grid) - set(base))
+    if unknown:
+        raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
+    configs = S.expand(base, grid, list(seeds))
+    S.sweep(configs, out, chunk=chunk, progress=progress)
+    from .experiment.rundir import read_sweep
+    root = Path(out)
+    entries = read_sweep(root)["runs"]
+    return SweepResult(root, [load(root / e["dir"]) for e in entries], [e["name"] for e in entries])
+
+
+def report(paths: str | Path | Sequence[str | Path], out: str | Path, *, last: int = 5) -> dict:
+    """``fedalf report``: tables (mean ± std over seeds) and figures of the runs under ``paths``, written to
+    ``out`` (report.md, table.csv, figures/); returns what was written (paths, notes) and ``table``, the
+    table's rows as a DataFrame."""
+    from .experiment.report import report as _report
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    import pandas as pd
+    got = _report([str(p) for p in paths], str(out), last=last)
+    return {**got, "table": pd.DataFrame(got["rows"])}

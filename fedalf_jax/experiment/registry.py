@@ -1,0 +1,287 @@
+"""Your own algorithms, models and data sets, by name (docs/extending.md).
+
+A config names its algorithm, model and data set by a string, so that ``config.json`` says what ran and a
+run can be resumed or swept. Besides the built-in names, a name is either
+
+* registered in this process: :func:`register_algorithm`, :func:`register_model`, :func:`register_dataset`
+  (a notebook's own code), or
+* ``"package.module:attribute"``: imported on first use, so the CLI and a later process (``--resume``, a
+  sweep's other slices) find it again. The attribute is what ``register_*`` would take.
+
+An algorithm factory returns a :class:`fedalf_jax.sim.algorithms.Algorithm`; it is called with
+``layer_of`` (the model's layer ids, as FedLF's server needs them) when it takes that argument. A model
+factory returns a flax ``nn.Module`` whose ``__call__(x)`` (or ``__call__(x, train)``) maps a batch
+``[B, *example_shape]`` to logits ``[B, num_classes]``; it is called with ``num_classes`` when it takes
+that argument. A data set is arrays (:class:`ArrayData`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import re
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+
+class RegistryError(ValueError):
+    """A name is not registered or importable, or what it names is unusable; the message says the fix."""
+
+
+_KINDS = ("algorithm", "model", "dataset")
+_REGISTERED: dict[str, dict[str, Any]] = {k: {} for k in _KINDS}
+_VERSION = {"n": 0}  # bumped on every registration: cached data pools are keyed by it
+_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _register(kind: str, name: str, obj: Any) -> None:
+    if not isinstance(name, str) or not name or ":" in name:
+        raise RegistryError(f"a registered {kind} name must be a non-empty string without ':' (':' marks "
+                            f"module:attribute names), got {name!r}")
+    _REGISTERED[kind][name] = obj
+    _VERSION["n"] += 1
+
+
+def is_path(name: Any) -> bool:
+    """``"module:attribute"``, a name that imports what it names."""
+    return isinstance(name, str) and bool(_PATH.match(name))
+
+
+def lookup(kind: str, name: str, builtin: tuple = ()) -> Any:
+    """What ``name`` names among the registered ``kind`` s (importing ``module:attribute`` on first use);
+    raises :class:`RegistryError` saying how to register one."""
+    if name in _REGISTERED[kind]:
+        return _REGISTERED[kind][name]
+    if is_path(name):
+        module, attr = name.split(":")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except ImportError as e:
+            raise RegistryError(f"{kind} {name!r}: cannot import module {module!r} ({e}); run from the folder "
+                                f"that holds it or put it on PYTHONPATH") from None
+        except AttributeError:
+            raise RegistryError(f"{kind} {name!r}: module {module!r} has no attribute {attr!r}") from None
+        if kind == "dataset" and not isinstance(obj, ArrayData):
+            obj = _as_data(name, obj)
+        _REGISTERED[kind][name] = obj
+        _VERSION["n"] += 1
+        return obj
+    known = ", ".join(list(builtin) + sorted(_REGISTERED[kind]))
+    raise RegistryError(f"unknown {kind} {name!r}; choose one of {known}, register your own with "
+                        f"fedalf_jax.register_{kind}({name!r}, ...), or name it as module:attribute "
+                        f"(docs/extending.md)")
+
+
+def known(kind: str, name: Any, builtin: tuple) -> bool:
+    """``name`` is built in, registered, or an importable ``module:attribute``."""
+    if name in builtin:
+        return True
+    if not isinstance(name, str):
+        return False
+    try:
+        lookup(kind, name, builtin)
+    except RegistryError:
+        return False
+    return True
+
+
+def version() -> int:
+    return _VERSION["n"]
+
+
+def _accepts(fn: Callable, arg: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return arg in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+# ---- algorithms -------------------------------------------------------------------------------
+
+def register_algorithm(name: str, factory: Callable) -> None:
+    """Make ``factory`` (``() -> Algorithm``, or ``(layer_of) -> Algorithm``; an ``Algorithm`` itself also
+    does) runnable as ``Config(algorithm=name)`` in this process. For the CLI or another process, name it
+    ``"module:attribute"`` instead (no registration needed)."""
+    from ..sim.algorithms import Algorithm
+    if not (callable(factory) or isinstance(factory, Algorithm)):
+        raise RegistryError(f"register_algorithm({name!r}, ...): give a factory returning an Algorithm, "
+                            f"got {type(factory).__name__}")
+    _register("algorithm", name, factory)
+
+
+def make_algorithm(name: str, layer_of) -> Any:
+    """The registered (or ``module:attribute``) algorithm ``name``, built for a model with ``layer_of``."""
+    from ..sim.algorithms import Algorithm
+    factory = lookup("algorithm", name)
+    if isinstance(factory, Algorithm):
+        alg = factory
+    else:
+        alg = factory(layer_of=layer_of) if _accepts(factory, "layer_of") else factory()
+    if not isinstance(alg, Algorithm):
+        raise RegistryError(f"algorithm {name!r}: its factory returned {type(alg).__name__}, not a "
+                            f"fedalf_jax.Algorithm (docs/extending.md)")
+    return alg
+
+
+# ---- models -----------------------------------------------------------------------------------
+
+def register_model(name: str, factory: Callable) -> None:
+    """Make ``factory`` (``(num_classes) -> flax nn.Module``, or ``() -> nn.Module``) usable as
+    ``Config(model=name)`` in this process."""
+    if not callable(factory):
+        raise RegistryError(f"register_model({name!r}, ...): give a factory returning a flax nn.Module, got "
+                            f"{type(factory).__name__}")
+    _register("model", name, factory)
+
+
+def make_module(name: str, num_classes: int):
+    """The flax module of the registered (or ``module:attribute``) model ``name``."""
+    import flax.linen as nn
+    factory = lookup("model", name)
+    if isinstance(factory, type) and issubclass(factory, nn.Module):
+        module = factory(num_classes=num_classes) if _accepts(factory, "num_classes") else factory()
+    elif isinstance(factory, nn.Module):
+        module = factory
+    else:
+        module = factory(num_classes=num_classes) if _accepts(factory, "num_classes") else factory()
+    if not isinstance(module, nn.Module):
+        raise RegistryError(f"model {name!r}: its factory returned {type(module).__name__}, not a flax "
+                            f"nn.Module (docs/extending.md)")
+    return module
+
+
+def takes_train(module) -> bool:
+    """Whether the module's ``__call__`` has a ``train`` argument (the built-in models' dropout switch)."""
+    return _accepts(type(module).__call__, "train")
+
+
+# ---- data sets --------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ArrayData:
+    """A data set given as arrays: ``x_*`` float ``[n, *example_shape]``, ``y_*`` integer labels ``[n]`` in
+    ``[0, num_classes)``. ``clients``: optionally each client's own examples, ``(train_lists, test_lists)``
+    with one list of row indices into ``x_train`` (resp. ``x_test``) per client, run with
+    ``partition="given"``; without it, a partition scheme (``pat1``, ``pat2``, ``dirichlet``, ``iid``)
+    splits the pooled examples as for the built-in data sets."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    clients: Optional[tuple] = None
+    digest: str = ""
+
+    @property
+    def num_clients(self) -> Optional[int]:
+        return None if self.clients is None else len(self.clients[0])
+
+
+def _labels(name: str, what: str, y, n_x: int, num_classes: Optional[int]) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise RegistryError(f"dataset {name!r}: {what} must be one label per example, shape [n], got shape "
+                            f"{y.shape}")
+    if y.shape[0] != n_x:
+        raise RegistryError(f"dataset {name!r}: x_{what[2:]} has {n_x} examples but {what} has {y.shape[0]} "
+                            f"labels; give one label per example")
+    if y.size and not np.issubdtype(y.dtype, np.integer):
+        if not np.all(np.mod(y, 1) == 0):
+            raise RegistryError(f"dataset {name!r}: {what} must hold integer class labels, got {y.dtype} values")
+    y = y.astype(np.int64)
+    if y.size and y.min() < 0:
+        raise RegistryError(f"dataset {name!r}: {what} has the negative label {int(y.min())}; labels are "
+                            f"0..num_classes-1")
+    if num_classes is not None and y.size and y.max() >= num_classes:
+        raise RegistryError(f"dataset {name!r}: {what} has the label {int(y.max())} but num_classes is "
+                            f"{num_classes}; labels are 0..num_classes-1")
+    return y.astype(np.int32)
+
+
+def _index_lists(name: str, what: str, lists, n: int) -> list:
+    out = []
+    for i, rows in enumerate(lists):
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
+            raise RegistryError(f"dataset {name!r}: client {i}'s {what} rows must be a list of integer indices, "
+                                f"got shape {rows.shape} of {rows.dtype}")
+        if rows.size == 0:
+            raise RegistryError(f"dataset {name!r}: client {i} has no {what} examples; every client needs at "
+                                f"least one")
+        if rows.min() < 0 or rows.max() >= n:
+            raise RegistryError(f"dataset {name!r}: client {i}'s {what} rows index 0..{n - 1} (x_{what} has {n} "
+                                f"examples), got {int(rows.min())}..{int(rows.max())}")
+        out.append(rows.astype(np.int64))
+    return out
+
+
+def make_data(name: str, x_train, y_train, x_test, y_test, *, num_classes: Optional[int] = None,
+              clients: Optional[tuple] = None) -> ArrayData:
+    """Check the arrays (one clear error naming any mismatch) and return an :class:`ArrayData`."""
+    xs = []
+    for what, x in (("x_train", x_train), ("x_test", x_test)):
+        x = np.asarray(x)
+        if x.ndim < 2:
+            raise RegistryError(f"dataset {name!r}: {what} must be [n, *example_shape] (at least 2-D), got shape "
+                                f"{x.shape}")
+        if not np.issubdtype(x.dtype, np.number):
+            raise RegistryError(f"dataset {name!r}: {what} must be numbers, got {x.dtype}")
+        xs.append(x.astype(np.float32))
+    x_train, x_test = xs
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise RegistryError(f"dataset {name!r}: x_train's examples have shape {x_train.shape[1:]} but x_test's "
+                            f"have {x_test.shape[1:]}; both must share one example shape")
+    if not (np.all(np.isfinite(x_train)) and np.all(np.isfinite(x_test))):
+        raise RegistryError(f"dataset {name!r}: the inputs hold NaN or infinite values")
+    if num_classes is not None and (isinstance(num_classes, bool) or int(num_classes) != num_classes
+                                    or num_classes < 2):
+        raise RegistryError(f"dataset {name!r}: num_classes must be an integer >= 2, got {num_classes!r}")
+    y_train = _labels(name, "y_train", y_train, x_train.shape[0], num_classes)
+    y_test = _labels(name, "y_test", y_test, x_test.shape[0], num_classes)
+    if num_classes is None:
+        num_classes = int(max(y_train.max(initial=0), y_test.max(initial=0))) + 1
+    if clients is not None:
+        if not (isinstance(clients, (tuple, list)) and len(clients) == 2):
+            raise RegistryError(f"dataset {name!r}: clients must be (train_lists, test_lists), one index list "
+                                f"per client in each")
+        tr = _index_lists(name, "train", clients[0], x_train.shape[0])
+        te = _index_lists(name, "test", clients[1], x_test.shape[0])
+        if len(tr) != len(te):
+            raise RegistryError(f"dataset {name!r}: clients gives {len(tr)} train lists but {len(te)} test lists; "
+                                f"give one of each per client")
+        clients = (tr, te)
+    h = hashlib.sha256()
+    for a in (x_train, y_train, x_test, y_test, *(clients[0] if clients else ()), *(clients[1] if clients else ())):
+        h.update(str(a.shape).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return ArrayData(x_train, y_train, x_test, y_test, int(num_classes), clients, h.hexdigest()[:16])
+
+
+def _as_data(name: str, obj) -> ArrayData:
+    if callable(obj):
+        obj = obj()
+    if isinstance(obj, ArrayData):
+        return obj
+    if isinstance(obj, dict):
+        return make_data(name, **obj)
+    raise RegistryError(f"dataset {name!r}: expected an ArrayData, a dict of make_data's arguments, or a "
+                        f"function returning one, got {type(obj).__name__}")
+
+
+def register_dataset(name: str, x_train, y_train, x_test, y_test, *, num_classes: Optional[int] = None,
+                     clients: Optional[tuple] = None) -> ArrayData:
+    """Make the arrays usable as ``Config(dataset=name)`` in this process (see :class:`ArrayData`); every
+    shape and label is checked now, with one error naming the mismatch. A run records the arrays'
+    digest, and ``--resume`` refuses other arrays under the same name."""
+    data = make_data(name, x_train, y_train, x_test, y_test, num_classes=num_classes, clients=clients)
+    _register("dataset", name, data)
+    return data
+
+
+def dataset(name: str) -> ArrayData:
+    return lookup("dataset", name)
