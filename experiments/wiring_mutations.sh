@@ -151,4 +151,17 @@ mutate fedalf_jax/experiment/config.py '_PRIVATE_DEFAULTS = {"ldp_on": "update",
   "private: a private run's default puts the noise on the weights" "$PF -k guarantee_holding"
 mutate fedalf_jax/experiment/config.py '    d = {**LEGACY, **d}' '    d = dict(d)' \
   "private: a run from before --ldp-on resumes with today's defaults" "$PF -k before_these_options"
+# issue #16: the extension points (labels start with "api"), tests/test_api.py
+AP=tests/test_api.py
+mutate fedalf_jax/sim/round.py '    duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals' \
+  '    duals = state.duals' "api: a user algorithm's per-client state never stored" "$AP -k hand"
+mutate fedalf_jax/sim/round.py '                    spec.num_clients)' '                    spec.clients_per_round)' \
+  "api: ServerIn.num_clients is the round's m" "$AP -k hand"
+mutate fedalf_jax/experiment/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
+  "api: given client lists' test rows index the train examples" "$AP -k hand"
+mutate fedalf_jax/experiment/config.py '            d["dataset_digest"] = registry.dataset(self.dataset).digest' '            pass' \
+  "api: a registered data set's arrays not part of the run's identity" "$AP -k other_arrays"
+mutate fedalf_jax/api.py '                  rd.path if rd else None, rd.summary() if rd else None, slot.variables)' \
+  '                  rd.path if rd else None, rd.summary() if rd else None, None)' \
+  "api: fj.run keeps no final model" "$AP -k bit_for_bit"
 exit $status
