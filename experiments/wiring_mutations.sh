@@ -156,7 +156,7 @@ AP=tests/test_api.py
 mutate fedalf_jax/sim/round.py '    duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals' \
   '    duals = state.duals' "api: a user algorithm's per-client state never stored" "$AP -k hand"
 mutate fedalf_jax/sim/round.py '                    spec.num_clients)' '                    spec.clients_per_round)' \
-  "api: ServerIn.num_clients is the round's m" "$AP -k hand"
+  "api: ServerIn.num_clients is the round's m" "$AP -k fewer_clients_per_round"
 mutate fedalf_jax/experiment/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
   "api: given client lists' test rows index the train examples" "$AP -k hand"
 mutate fedalf_jax/experiment/config.py '            d["dataset_digest"] = registry.dataset(self.dataset).digest' '            pass' \

@@ -176,11 +176,11 @@ def test_resume_refuses_other_arrays_under_the_same_name(tmp_path):
 
 def test_cli_runs_the_example_by_module_path(tmp_path):
     out = tmp_path / "cli"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "fedalf_jax.cli", "run", "--algorithm", "examples.feddyn:feddyn", "--dataset",
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [str(Path(sys.executable).parent / "fedalf"), "run", "--algorithm", "examples.feddyn:feddyn", "--dataset",
            "synthetic", "--model", "mlp", "--clients", "6", "--clients-per-round", "3", "--rounds", "2",
            "--eval-every", "1", "--synthetic-train", "240", "--synthetic-test", "60", "--batch-size", "20", "--no-progress", "--out", str(out)]
-    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # as the README says
     assert p.returncode == 0, p.stderr
     assert json.loads((out / "config.json").read_text())["algorithm"] == "examples.feddyn:feddyn"
     assert json.loads((out / "summary.json").read_text())["status"] == "done"
@@ -205,3 +205,21 @@ def test_sweep_vmaps_a_user_algorithm_as_its_single_runs(tmp_path):
         np.testing.assert_array_equal(a, b)
     rep = fj.report(tmp_path / "s", tmp_path / "rep")
     assert set(rep["table"]["algorithm"]) == {"FedAvg", "examples.feddyn:feddyn"}
+
+
+def test_feddyn_by_hand_with_fewer_clients_per_round_than_clients():
+    """m = 2 of N = 4 identical clients, one round: h = (α/N)·mΔ, so θ_1 = −Δ(1 + m/N) whichever two
+    are sampled (ServerIn.num_clients is N, not m)."""
+    labels = [0, 0, 1, 2]
+    y = np.array(labels * 4)
+    lists = [np.arange(4 * i, 4 * i + 4) for i in range(4)]
+    fj.register_dataset("four_same", np.zeros((16, 2), np.float32), y, np.zeros((16, 2), np.float32), y,
+                        num_classes=3, clients=(lists, lists))
+    fj.register_model("bias", Bias)
+    fj.register_algorithm("feddyn", feddyn)
+    lr, alpha = 0.5, 0.25
+    res = fj.run(algorithm="feddyn", dataset="four_same", partition="given", model="bias", clients=4,
+                 clients_per_round=2, rounds=1, eval_every=1, batch_size=4, lr=lr, lr_decay=1.0, mu=alpha,
+                 progress=False)
+    delta = lr * (np.full(3, 1 / 3) - np.bincount(labels, minlength=3) / 4)
+    np.testing.assert_allclose(np.asarray(res.model["params"]["b"]), -delta * (1 + 2 / 4), rtol=0, atol=1e-7)

@@ -21,7 +21,9 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import os
 import re
+import sys
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -57,11 +59,13 @@ def lookup(kind: str, name: str, builtin: tuple = ()) -> Any:
         return _REGISTERED[kind][name]
     if is_path(name):
         module, attr = name.split(":")
+        if os.getcwd() not in sys.path:  # like `python -m`: the folder the user runs from (a console script's
+            sys.path.append(os.getcwd())  # sys.path starts at its own bin/ folder instead)
         try:
             obj = getattr(importlib.import_module(module), attr)
         except ImportError as e:
             raise RegistryError(f"{kind} {name!r}: cannot import module {module!r} ({e}); run from the folder "
-                                f"that holds it or put it on PYTHONPATH") from None
+                                f"that holds it (here: {os.getcwd()}) or put that folder on PYTHONPATH") from None
         except AttributeError:
             raise RegistryError(f"{kind} {name!r}: module {module!r} has no attribute {attr!r}") from None
         if kind == "dataset" and not isinstance(obj, ArrayData):
