@@ -164,4 +164,16 @@ mutate fedalf_jax/experiment/config.py '            d["dataset_digest"] = regist
 mutate fedalf_jax/api.py '                  rd.path if rd else None, rd.summary() if rd else None, slot.variables)' \
   '                  rd.path if rd else None, rd.summary() if rd else None, None)' \
   "api: fj.run keeps no final model" "$AP -k bit_for_bit"
+# issue #15 item 5: central DP (labels start with "central"), tests/test_central_dp.py
+CD=tests/test_central_dp.py
+mutate fedalf_jax/sim/round.py '        weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0], jnp.float32)' '        pass' \
+  "central: clients weighted by n_i under central DP" "$CD -k uniformly"
+mutate fedalf_jax/sim/round.py '        delta = clip_global_norm(delta, hp.clip)' '        pass' \
+  "central: uploads not clipped" "$CD -k uniformly"
+mutate fedalf_jax/sim/round.py '    sigma = hp.noise_multiplier * spec.central_sensitivity * server_lr_t * hp.clip' \
+  '    sigma = hp.noise_multiplier * spec.central_sensitivity * hp.clip' "central: the noise ignores η_g" "$CD -k calibrated_std"
+mutate fedalf_jax/experiment/build.py '    return 1.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "1/m" else 2.0' \
+  '    return 1.0 / cfg.clients_per_round' "central: the fair server's sensitivity taken as 1/m" "$CD -k calibrated_std"
+mutate fedalf_jax/experiment/config.py '            d["central_rounds"] = self.rounds' '            pass' \
+  "central: --resume may change the calibrated run length" "$CD -k refusals"
 exit $status

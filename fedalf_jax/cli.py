@@ -84,7 +84,9 @@ _HELP = {
               "update when a mechanism is on",
     "fair_norm": "FedLF/FedALF: the length the fair direction is rescaled to, ‖mean Δ‖ as received (raw) or "
                  "with the privacy noise's share removed (denoised); default: denoised when a mechanism is on",
-    "dp": "Gaussian DP on each upload (clip, then noise; the paper's DP-FedALF), none",
+    "dp": "gaussian: local Gaussian DP on each upload (clip, then noise; the paper's DP-FedALF); central: user-level "
+          "DP-FedAvg (each upload clipped to --clip, the server adds noise calibrated so the whole run is "
+          "(--epsilon, --delta)-DP; fedalf/fedlf need --history off); none",
     "seed": "run seed (data partition, sampling, initialisation, noise)",
 }
 

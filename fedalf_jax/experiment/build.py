@@ -30,8 +30,12 @@ from .config import ALGORITHMS, DATASETS, MODELS, Config, ConfigError
 def hparams(cfg: Config) -> A.HParams:
     """The numeric hyper-parameters as float32 scalars (traced, so runs can be vmapped over them)."""
     f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    z = 0.0
+    if cfg.dp == "central":  # calibrated on the host: (epsilon, delta) over the whole run at rate m/N
+        from .accounting import central_noise_multiplier
+        z = central_noise_multiplier(cfg.epsilon, cfg.delta, cfg.clients_per_round / cfg.clients, cfg.rounds)
     return A.HParams(f(cfg.lr), f(cfg.lr_decay), f(cfg.resolved_server_lr), f(cfg.resolved_server_lr_decay),
-                     f(cfg.mu), f(cfg.resolved_rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip))
+                     f(cfg.mu), f(cfg.resolved_rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip), f(z))
 
 
 def algorithm(cfg: Config, layer_of) -> A.Algorithm:
@@ -155,8 +159,17 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs,
                      batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, ldp_on=cfg.resolved_ldp_on, dp=cfg.dp,
                      neighbouring=cfg.neighbouring, client_devices=client_devices,
+                     central_sensitivity=central_sensitivity(cfg),
                      state_dtype=jnp.dtype(cfg.state_dtype),
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
+
+
+def central_sensitivity(cfg: Config) -> float:
+    """``dp="central"``: the server step's sensitivity in units of η_g·clip (config.CENTRAL_SENSITIVITY); 0 else."""
+    if cfg.dp != "central":
+        return 0.0
+    from .config import CENTRAL_SENSITIVITY
+    return 1.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "1/m" else 2.0
 
 
 def build_model(cfg: Config, pool: Pool) -> Model:

@@ -27,7 +27,12 @@ PARTITIONS = ("pat1", "pat2", "dirichlet", "iid", "given")  # given: a registere
 ASSIGNS = ("fedlf", "shards")
 MODELS = ("cnn", "cnn_bn", "mlp")
 LDPS = LDP_NAMES
-DPS = ("none", "gaussian")
+DPS = ("none", "gaussian", "central")  # central: user-level DP-FedAvg (clip each upload, the server adds noise)
+# The server step's L2 sensitivity to adding or removing one client's clipped upload, in units of
+# η_g·clip, under dp="central": the mean servers' 1/m (FedAvg/FedProx average uniformly under central DP),
+# the fair servers' 2 (the fair direction has norm ≤ ‖mean Δ̃_i‖ ≤ clip whatever the QP's weights, so two
+# outputs differ by at most 2·clip). qFedAvg (its step divides by loss-dependent h_i) has no bound.
+CENTRAL_SENSITIVITY = {"fedavg": "1/m", "fedprox": "1/m", "fedadmm": "1/m", "fedlf": "2", "fedalf": "2"}
 CLIENT_GRADS = ("full", "local")
 LDP_ON = ("weights", "update")  # what a local mechanism perturbs: w (the paper's reading) or w − θ
 LAYERS = ("module", "tensor")
@@ -245,6 +250,8 @@ class Config:
         d.update(server_lr=self.resolved_server_lr, server_lr_decay=self.resolved_server_lr_decay,
                  rho=self.resolved_rho, server_target=self.resolved_server_target, history=self.resolved_history,
                  dual_from=self.resolved_dual_from, fair_norm=self.resolved_fair_norm, ldp_on=self.resolved_ldp_on)
+        if self.dp == "central":  # the noise is calibrated to the whole run's length: --rounds cannot change
+            d["central_rounds"] = self.rounds
         if self.dataset not in DATASETS:  # a registered data set: its arrays are part of the run's identity
             d["dataset_digest"] = registry.dataset(self.dataset).digest
         return d
@@ -307,6 +314,9 @@ class Config:
             out = {"mechanism": self.ldp, "epsilon": self.epsilon, "on": self.resolved_ldp_on,
                    "per": f"{value} sign" if self.ldp == "adaptive"
                    else f"{value}, given the tensor's centre and radius", "dual_from": self.resolved_dual_from}
+        elif self.dp == "central":
+            out = {"mechanism": "central", "epsilon_total": self.epsilon, "delta": self.delta, "clip": self.clip,
+                   "rounds": self.rounds, "sensitivity": f"{CENTRAL_SENSITIVITY.get(self.algorithm)} x server_lr x clip"}
         elif self.dp == "gaussian":
             out = {"mechanism": "gaussian", "epsilon_nominal": self.epsilon, "delta": self.delta,
                    "epsilon_exact": gaussian_epsilon(self.epsilon, self.delta), "clip": self.clip,
@@ -358,6 +368,10 @@ class Config:
         _choice("state_dtype", self.state_dtype, STATE_DTYPES)
         _choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         _choice("neighbouring", self.neighbouring, NEIGHBOURING)
+        if self.dp == "central" and self.algorithm in ("fedlf", "fedalf") and self.resolved_history:
+            raise ConfigError(f"dp central with {self.algorithm}'s history rows: a client's stored row moves the server "
+                              f"step in rounds it was not sampled in, which the accountant (amplified by sampling) "
+                              f"does not count; add --history off")
         if self.model == "cnn_bn" and (self.ldp != "none" or self.dp != "none"):
             raise ConfigError("model cnn_bn with a privacy mechanism: its batch-norm statistics would leave the "
                               "clients un-noised (the server averages them); use model cnn or mlp, or no mechanism")
@@ -427,6 +441,13 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     mech = cfg.dp if cfg.dp != "none" else cfg.ldp
     if mech == "none":
         return False, "no privacy mechanism is on: every client uploads its un-noised model"
+    if mech == "central":
+        return True, (f"each client's upload Δ_i is clipped to L2 norm {cfg.clip:g} and the server adds Gaussian noise "
+                      f"to its step ({CENTRAL_SENSITIVITY[cfg.algorithm]} x server_lr x clip sensitivity, noise "
+                      f"multiplier calibrated by dp_accounting), so the global models released over the {cfg.rounds} "
+                      f"rounds are (epsilon={cfg.epsilon:g}, delta={cfg.delta:g})-DP for adding or removing any one "
+                      f"client (user-level, amplified by sampling {cfg.clients_per_round} of {cfg.clients}); the "
+                      f"server itself sees the clipped updates before its noise and must be trusted")
     if cfg.algorithm == "fedlf" and cfg.client_grad == "full":
         return False, ("FedLF with client_grad=full uploads the client's full-batch gradient, which no mechanism "
                        "perturbs (the mechanisms perturb an uploaded model: use client_grad=local)")
@@ -494,6 +515,9 @@ def privacy_not_covered(cfg: "Config") -> list[str]:
     mech = cfg.dp if cfg.dp != "none" else cfg.ldp
     if mech == "none":
         return []
+    if mech == "central":
+        return ["everything a client sends to the server (its clipped update, loss and sample count): central DP "
+                "covers the released global models, not the uploads"]
     out = []
     if mech == "adaptive":
         out.append("|δ| = |w − c| of every weight")
@@ -604,6 +628,10 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
     if ldp == "none" and dp == "none":
         return
     option, value = ("ldp", ldp) if ldp != "none" else ("dp", dp)
+    if dp == "central" and algorithm not in CENTRAL_SENSITIVITY:
+        raise ValueError(f"dp='central' needs a bound on how much one client moves the server step; algorithm="
+                         f"{algorithm!r} has none (qFedAvg divides by loss-dependent h_i; a user's algorithm is not "
+                         f"analysed): use one of {', '.join(CENTRAL_SENSITIVITY)}, or dp='gaussian'")
     if algorithm == "fedlf" and client_grad != "local":
         raise ValueError(
             f"{option}={value!r} cannot be used with algorithm='fedlf' and client_grad={client_grad!r}: "
@@ -617,15 +645,16 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
     if ldp == "adaptive" and np.any(eps >= ADAPTIVE_EXACT_EPSILON):
         warnings.warn(f"ldp='adaptive' with epsilon={float(np.max(eps)):g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 "
                       f"the flip probability rounds to 0 and the upload is the exact model", UserWarning, stacklevel=2)
-    if dp == "gaussian":
-        d = _as_array("delta", delta, "set delta in (0, 1) for dp='gaussian', e.g. delta=1e-5")
+    if dp in ("gaussian", "central"):
+        d = _as_array("delta", delta, f"set delta in (0, 1) for dp={dp!r}, e.g. delta=1e-5")
         if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(d < 1)):
-            raise ValueError(f"delta={delta!r} must lie strictly between 0 and 1 for dp='gaussian'; "
+            raise ValueError(f"delta={delta!r} must lie strictly between 0 and 1 for dp={dp!r}; "
                              f"use e.g. delta=1e-5 (well below 1/number of records)")
         cl = _as_array("clip", clip, "set clip, the L2 bound of each client update, e.g. clip=1.0")
         if not (np.all(np.isfinite(cl)) and np.all(cl > 0)):
-            raise ValueError(f"clip={clip!r} must be finite and > 0 for dp='gaussian' (the L2 norm bound "
+            raise ValueError(f"clip={clip!r} must be finite and > 0 for dp={dp!r} (the L2 norm bound "
                              f"of each client's update); use e.g. clip=1.0")
+    if dp == "gaussian":
         for e, dl in zip(*np.broadcast_arrays(eps.ravel(), d.ravel())):
             exact = gaussian_epsilon(float(e), float(dl))
             if exact > float(e) * (1 + 1e-9):

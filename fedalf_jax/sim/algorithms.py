@@ -36,6 +36,7 @@ class HParams(NamedTuple):
     epsilon: Any
     delta: Any
     clip: Any
+    noise_multiplier: Any = 0.0  # dp="central": the server noise's std over its step's sensitivity (host-calibrated)
 
 
 class ServerIn(NamedTuple):

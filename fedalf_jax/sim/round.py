@@ -77,6 +77,7 @@ class RoundSpec:
     state_dtype: Any = jnp.float32  # storage of the per-client rows (ADMM duals, history): float32 or bfloat16
     client_devices: int = 1     # shard the sampled clients over this many devices (one big run): the
                                 # round must then run inside a shard_map over the mesh axis "clients"
+    central_sensitivity: float = 0.0  # dp="central": the server step's sensitivity in units of η_g·clip
 
 
 def default_client_map(backend: str | None = None) -> str:
@@ -171,6 +172,9 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
         noise_var = upload_noise(up, w_tilde, var)
     else:
         delta, new_dual = alg.upload(theta, w, privatise(spec, k_priv, theta, w, hp), dual, hp, lr_t)
+    if spec.dp == "central":  # DP-FedAvg's client: its upload clipped to norm C (the server adds the noise)
+        from .privacy import clip_global_norm
+        delta = clip_global_norm(delta, hp.clip)
     return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var)
 
 
@@ -196,17 +200,33 @@ def conflicts(spec: RoundSpec, deltas, d):
     return model.astype(jnp.float32), layer.astype(jnp.float32)
 
 
+def central_noise(spec: RoundSpec, state: RunState, hp: HParams, theta, server_lr_t):
+    """``θ + N(0, σ² I)`` with ``σ = z · s · η_g,t · clip``: the server's Gaussian noise of central DP, ``s`` the
+    step's sensitivity in units of η_g·clip (``spec.central_sensitivity``), ``z`` the calibrated noise
+    multiplier (``hp.noise_multiplier``). Its key is the round's, folded with a constant of its own."""
+    key = jax.random.fold_in(jax.random.fold_in(state.key, state.round), 0x5EED)
+    sigma = hp.noise_multiplier * spec.central_sensitivity * server_lr_t * hp.clip
+    leaves, treedef = jax.tree_util.tree_flatten(theta)
+    keys = jax.random.split(key, len(leaves))
+    noisy = [x + (sigma * jax.random.normal(k, x.shape, jnp.float32)).astype(x.dtype) for x, k in zip(leaves, keys)]
+    return jax.tree_util.tree_unflatten(treedef, noisy)
+
+
 def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, hp: HParams):
     """Aggregate the clients' outputs into the next state; returns (state, metrics)."""
     alg = spec.algorithm
     t = state.round
     theta = state.variables["params"]
     weights = n_sel.astype(jnp.float32) / jnp.sum(n_sel)
+    if spec.dp == "central":  # n_i would weigh a client's clipped update beyond 1/m: average uniformly
+        weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0], jnp.float32)
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
                     hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var,
                     spec.num_clients)
     new_theta, sstate, info = alg.server(s_in)
     info = {k: jnp.asarray(info.get(k, 0.0), jnp.float32) for k in SERVER_INFO}  # a user's server may give {}
+    if spec.dp == "central":
+        new_theta = central_noise(spec, state, hp, new_theta, s_in.server_lr_t)
     variables = {"params": new_theta}
     if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg
         variables["batch_stats"] = T.weighted_sum(outs.stats, weights)
