@@ -37,7 +37,7 @@ class Result:
     ``angle_deg``, ... and ``acc_i`` per client), ``status`` (``done``, ``diverged``, ``interrupted``,
     ``running``), ``run_dir`` (``None`` for a run without ``out``), ``summary`` (``summary.json``) and
     ``model``: the final global model's variables ``{'params': ...}`` (read from the checkpoint on first
-    use when the result was loaded)."""
+    use when the result was loaded); ``client_states`` and ``server_state`` from the checkpoint."""
 
     config: Config
     metrics: Any
@@ -51,8 +51,29 @@ class Result:
         if self._variables is None:
             if self.run_dir is None:
                 raise ConfigError("this run kept no model (it had nothing left to run and no run directory)")
-            self._variables = _load_variables(self.run_dir, self.config)
+            self._variables = dict(self._state().variables)
         return self._variables
+
+    @property
+    def client_states(self):
+        """Every client's state (``Algorithm.init_client_state``'s pytree with a leading axis of N clients;
+        the ADMM duals), from the run directory's last checkpoint."""
+        return self._state().duals
+
+    @property
+    def server_state(self):
+        """The server's state (``Algorithm.init_server_state``'s pytree), from the last checkpoint."""
+        return self._state().sstate
+
+    def _state(self):
+        if self.run_dir is None:
+            raise ConfigError("this run has no run directory, so no checkpoint to read the states from; run it "
+                              "with out=...")
+        from .experiment.build import load_pool, make_spec
+        from .experiment.rundir import RunDir
+        from .sim.round import init_state
+        like = init_state(make_spec(self.config, load_pool(self.config)), self.config.seed)
+        return RunDir(self.run_dir).load_checkpoint(like)
 
     @property
     def final(self) -> dict:
@@ -69,13 +90,6 @@ class Result:
         return f"Result({self.config.algorithm}, {self.status}, {len(self.metrics)} evaluations{got}{where})"
 
 
-def _load_variables(run_dir: Path, cfg: Config) -> dict:
-    from .experiment.build import load_pool, make_spec
-    from .experiment.rundir import RunDir
-    from .sim.round import init_state
-    spec = make_spec(cfg, load_pool(cfg))
-    state = RunDir(run_dir).load_checkpoint(init_state(spec, cfg.seed))
-    return {k: v for k, v in state.variables.items()}
 
 
 def _config(cfg: Optional[Config], options: dict) -> Config:

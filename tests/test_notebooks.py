@@ -70,7 +70,7 @@ def _text(nb) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.parametrize("name", ["explore_runs.ipynb", "fedalf_round.ipynb"])
+@pytest.mark.parametrize("name", ["explore_runs.ipynb", "fedalf_round.ipynb", "custom_algorithm.ipynb"])
 def test_notebook_is_committed_without_outputs(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbformat.validate(nb)
@@ -97,6 +97,26 @@ def test_fedalf_round_walkthrough_passes_its_checks(run_notebook):
     assert "check passed: the fair direction conflicts with no client at model level" in text
     assert "fair direction d: 0 model-level" in text
     assert "-η_g d with η_g" in text
+
+
+def test_custom_algorithm_notebook_runs(run_notebook, tmp_path, monkeypatch):
+    """The user-written FedAvgM is registered, swept against FedAvg and FedALF, tabulated and plotted."""
+    monkeypatch.delenv("FEDALF_NOTEBOOK_OUT", raising=False)  # the runs go to a temporary folder
+    nb, text = run_notebook("custom_algorithm.ipynb")
+    out = next(line for line in text.splitlines() if line.startswith("runs go to ")).split(" ", 3)[3]
+    assert Path(out).parent == tmp_path / "scratch" and Path(out).name.startswith("fedalf-custom-")
+    assert "SweepResult(9 runs in" in text
+    # The table: one row per algorithm, mean ± std of the final mean_acc and angle_deg
+    header = next(line for line in text.splitlines() if line.split() == ["mean_acc", "angle_deg"])
+    rows = {line.split()[0]: line for line in text.splitlines() if line.count(" ± ") == 2}
+    assert sorted(rows) == ["fedalf", "fedavg", "fedavgm"], (header, rows)
+    # The figure: a PNG shown inline
+    pngs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if o.output_type == "display_data" and "image/png" in o.get("data", {})]
+    assert len(pngs) == 1
+    # The per-client state read back: 20 rounds x 5 clients participations
+    counts = next(line for line in text.splitlines() if line.startswith("participations per client:"))
+    assert sum(json.loads(counts.split(":", 1)[1])) == 100
 
 
 def test_explore_runs_refuses_a_fedalf_runs_without_runs(run_notebook, tmp_path, monkeypatch):
