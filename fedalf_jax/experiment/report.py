@@ -8,7 +8,7 @@ messages and in ``report.md``. A done run whose ``metrics.csv`` holds no evaluat
 
 **Rows: algorithm variants.** A run's base label comes from its config: FedAvg, FedProx, qFedAvg,
 FedADMM, FedLF, FedALF; ``ldp="adaptive"`` prefixes ``LDP-`` (so ``LDP-FedALF``), ``ldp="ldp_fl"``
-prefixes ``LDP-FL-`` and ``dp="gaussian"`` prefixes ``DP-``. Among all runs of a base label (every
+prefixes ``LDP-FL-``, ``dp="gaussian"`` prefixes ``DP-`` and ``dp="central"`` ``CDP-``. Among all runs of a base label (every
 run with a config, finished or not, so names stay the same while a sweep progresses), the options
 whose values differ name the variant, alphabetically: ``FedLF (client_grad=local)``,
 ``FedALF (history=True, rho=0.1)``. Never naming a variant:
@@ -64,8 +64,12 @@ with η and seeds, the last-evaluations table, the η choice with every candidat
 ``table.csv`` (one row per cell), and ``figures/``: per (model, dataset, partition) accuracy and angle
 vs round (seed mean ± std band, one line per variant at its η), a per-client accuracy heatmap at the
 final evaluation (every client, ranked worst to best within each run, then the mean over seeds at each
-rank: :func:`heatmap_data`; cf. Fig. 9 of the FedALF paper), and, when FedALF and a
-private FedALF are both present, the privacy comparison (accuracy vs round).
+rank: :func:`heatmap_data`; cf. Fig. 9 of the FedALF paper), when FedALF and a
+private FedALF are both present, the privacy comparison (accuracy vs round), and, when a private variant
+ran at two or more ε, the privacy–utility frontier (``*_frontier.png``, :func:`frontier_data`): the final
+mean accuracy and fairness angle (mean ± std over seeds, each cell at its chosen η) against the config's
+``epsilon`` (the mechanism's budget per round, log scale), one line per private variant (its cells that
+differ only in ``epsilon``), with non-private FedALF (dashed) and FedAvg (dotted) as horizontal lines.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ import dataclasses
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 import numpy as np
 
@@ -85,7 +89,7 @@ from .rundir import RunDir, find_runs
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
           "fedlf": "FedLF", "fedalf": "FedALF"}
-_PRIVACY_ORDER = ("none", "adaptive", "ldp_fl", "gaussian")
+_PRIVACY_ORDER = ("none", "adaptive", "ldp_fl", "gaussian", "central")
 
 # Options that never name a variant: the base label's, the table's axes, the seed, lr (η, or unused
 # by FedLF client_grad=full) and the bookkeeping. server_lr: see _unused.
@@ -131,6 +135,7 @@ class Run:
     clients: Optional[np.ndarray] = None  # [evaluations, N] per-client accuracy
     guarantee: Optional[dict] = None      # private runs: {"guarantee": "holds" | "does not hold", "why"}
     spent: Optional[dict] = None          # summary.json's privacy_spent (runs from before it: None)
+    named_by: dict = dataclasses.field(default_factory=dict)  # the options naming the variant: {option: value}
 
     @property
     def cell_key(self) -> tuple:
@@ -156,6 +161,8 @@ def base_label(cfg: dict) -> str:
         return "LDP-FL-" + label
     if cfg.get("dp") == "gaussian":
         return "DP-" + label
+    if cfg.get("dp") == "central":
+        return "CDP-" + label
     return label
 
 
@@ -177,7 +184,7 @@ def _unused(cfg: dict) -> set:
         out.add("server_lr")
     if _privacy(cfg) == "none":
         out.add("epsilon")
-    if cfg.get("dp") != "gaussian":
+    if cfg.get("dp") not in ("gaussian", "central"):
         out |= {"delta", "clip"}
     return out
 
@@ -202,8 +209,13 @@ def name_variants(runs: list[Run]) -> None:
         keys = sorted(set().union(*opts))
         differing = [k for k in keys if len({o[k] for o in opts if k in o}) > 1]
         for r, o in zip(group, opts):
-            parts = [f"{k}={_fmt_value(o[k])}" for k in differing if k in o]
-            r.variant = f"{label} ({', '.join(parts)})" if parts else label
+            r.named_by = {k: o[k] for k in differing if k in o}
+            r.variant = _variant_name(label, r.named_by)
+
+
+def _variant_name(label: str, named_by: dict) -> str:
+    parts = [f"{k}={_fmt_value(v)}" for k, v in named_by.items()]
+    return f"{label} ({', '.join(parts)})" if parts else label
 
 
 def length_notes(runs: list[Run]) -> list[str]:
@@ -529,8 +541,17 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
     lines += _spent_notes(cells)
     if figures:
         lines += ["", "### Figures", ""]
+        if any(f.stem.endswith("_frontier") for f in figures):
+            lines += [FRONTIER_NOTE, ""]
         lines += [f"![{f.stem}]({f.relative_to(out).as_posix()})" for f in figures]
     return lines + [""]
+
+
+FRONTIER_NOTE = ("The privacy–utility frontier (`*_frontier.png`): x = the runs' `epsilon` option (log scale): "
+                 "per round of the mechanism for LDP and local Gaussian DP, the whole run's for central DP; y = final mean accuracy (left) and final fairness angle "
+                 "(right), mean ± std over seeds at each cell's chosen η; one line per private variant (the ε spent "
+                 "over the run, when accounted, in its legend); dashed: FedALF without privacy, dotted: FedAvg "
+                 "without privacy.")
 
 
 def _guarantee_notes(cells: list[Cell]) -> list[str]:
@@ -716,6 +737,111 @@ def privacy_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
     return _save(fig, path)
 
 
+class FrontierPoint(NamedTuple):
+    """One private cell on the frontier: the config's ε (per round of the mechanism) and the final mean
+    accuracy and fairness angle (degrees), mean and sample std over seeds (std ``None`` for one seed), as
+    in the table's final-evaluation columns (:func:`cell_row`)."""
+
+    eps: float
+    acc: float
+    acc_std: Optional[float]
+    angle: float
+    angle_std: Optional[float]
+
+
+class Baseline(NamedTuple):
+    """A non-private FedALF or FedAvg cell's final mean accuracy and angle (mean, std over seeds)."""
+
+    algorithm: str
+    acc: float
+    acc_std: Optional[float]
+    angle: float
+    angle_std: Optional[float]
+
+
+_BASELINE_STYLE = {"fedalf": "--", "fedavg": ":"}  # non-private levels on the frontier
+
+
+def _final(cell: Cell) -> tuple[float, Optional[float], float, Optional[float]]:
+    acc, acc_std = mean_std(r.acc[-1] for r in cell.runs)
+    angle, angle_std = mean_std(r.angle[-1] for r in cell.runs)
+    return acc, acc_std, angle, angle_std
+
+
+def _frontier_cells(cells: list[Cell]) -> tuple[dict[str, list[Cell]], dict[str, Cell]]:
+    """The private cells by line (variant name without ``epsilon``), by ascending ε, and the non-private
+    FedALF / FedAvg cells by label (``FedALF (no privacy)``); cells without a chosen η are left out."""
+    lines: dict[str, list[Cell]] = defaultdict(list)
+    baselines: dict[str, Cell] = {}
+    for c in cells:
+        if c.eta is None or not c.runs:
+            continue
+        run = c.runs[0]
+        if _privacy(run.cfg) != "none":
+            named = {k: v for k, v in run.named_by.items() if k != "epsilon"}
+            lines[_variant_name(run.label, named)].append(c)
+        elif run.cfg["algorithm"] in _BASELINE_STYLE:
+            parts = [f"{k}={_fmt_value(v)}" for k, v in run.named_by.items()] + ["no privacy"]
+            baselines[f"{run.label} ({', '.join(parts)})"] = c
+    return {name: sorted(cs, key=lambda c: float(c.runs[0].cfg["epsilon"])) for name, cs in lines.items()}, baselines
+
+
+def frontier_data(cells: list[Cell]) -> tuple[dict[str, list[FrontierPoint]], dict[str, Baseline]]:
+    """What the frontier figure of one (model, dataset, partition) group plots.
+
+    Lines: per private variant, its cells that differ only in ``epsilon`` (their variant names without
+    ``epsilon=…``), one :class:`FrontierPoint` per cell by ascending ε (the config's, per round of the
+    mechanism). Baselines: the non-private FedALF and FedAvg cells, by label (``FedALF (no privacy)``;
+    the options naming the variant first when there are some). Each number is over the cell's chosen η's
+    seeds, at their final evaluation."""
+    lines, baselines = _frontier_cells(cells)
+    points = {name: [FrontierPoint(float(c.runs[0].cfg["epsilon"]), *_final(c)) for c in cs]
+              for name, cs in lines.items()}
+    base = {label: Baseline(c.runs[0].cfg["algorithm"], *_final(c)) for label, c in baselines.items()}
+    return points, dict(sorted(base.items(), key=lambda kv: list(_BASELINE_STYLE).index(kv[1].algorithm)))
+
+
+def frontier_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
+    """Final accuracy and angle vs ε per private variant, non-private FedALF / FedAvg as horizontal lines
+    (:func:`frontier_data`); only when some private variant ran at two or more ε."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
+    lines, baselines = frontier_data(cells)
+    if not any(len({p.eps for p in pts}) >= 2 for pts in lines.values()):
+        return None
+    line_cells, _ = _frontier_cells(cells)
+    fig = Figure(figsize=(11, 4))
+    ax_acc, ax_ang = fig.subplots(1, 2)
+    for name, pts in lines.items():
+        spent = [cell_spent(c)[0] for c in line_cells[name]]
+        label = name
+        if any(s is not None for s in spent):
+            label += " (ε spent: " + ", ".join("—" if s is None else f"{s:.3g}" for s in spent) + ")"
+        eps = [p.eps for p in pts]
+        for ax, ys, stds in ((ax_acc, [p.acc for p in pts], [p.acc_std for p in pts]),
+                             (ax_ang, [p.angle for p in pts], [p.angle_std for p in pts])):
+            ax.errorbar(eps, ys, yerr=[0.0 if s is None else s for s in stds], marker="o", ms=4, capsize=3,
+                        lw=1.2, label=label)
+    grays = ("k", "0.45", "0.7")
+    for i, (label, b) in enumerate(baselines.items()):
+        color = grays[i % len(grays)]
+        for ax, y, std in ((ax_acc, b.acc, b.acc_std), (ax_ang, b.angle, b.angle_std)):
+            ax.axhline(y, ls=_BASELINE_STYLE[b.algorithm], color=color, lw=1.2, label=label)
+            if std:
+                ax.axhspan(y - std, y + std, color=color, alpha=0.08, lw=0)
+    ticks = sorted({p.eps for pts in lines.values() for p in pts})
+    for ax in (ax_acc, ax_ang):
+        if ticks[0] > 0:
+            ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
+    xlabel = "--epsilon: per round (LDP, local Gaussian), whole run (central) (log scale)"
+    ax_acc.set(xlabel=xlabel, ylabel="final mean accuracy", title=f"privacy–utility frontier ({title})")
+    ax_ang.set(xlabel=xlabel, ylabel="final fairness angle (°)", title=f"angle vs privacy ({title})")
+    ax_acc.legend(fontsize=7, title="mean ± std over seeds", title_fontsize=7)
+    return _save(fig, path)
+
+
 def write_figures(cells: list[Cell], fig_dir: Path) -> dict[str, list[Path]]:
     """All figures, by model."""
     groups: dict[tuple, list[Cell]] = defaultdict(list)
@@ -728,7 +854,8 @@ def write_figures(cells: list[Cell], fig_dir: Path) -> dict[str, list[Path]]:
         with np.errstate(all="ignore"):
             made = [curves_figure(cs, fig_dir / f"{stem}_curves.png", title),
                     heatmap_figure(cs, fig_dir / f"{stem}_clients.png", title),
-                    privacy_figure(cs, fig_dir / f"{stem}_privacy.png", title)]
+                    privacy_figure(cs, fig_dir / f"{stem}_privacy.png", title),
+                    frontier_figure(cs, fig_dir / f"{stem}_frontier.png", title)]
         out[model] += [p for p in made if p is not None]
     return dict(out)
 
