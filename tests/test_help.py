@@ -47,7 +47,7 @@ def test_help_shows_the_defaults_readably(capsys):
         cli.main(["run", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for snippet in ("--alpha ALPHA Dirichlet concentration", "(default: 0.5)", "--qp-method {auto,active,osqp,pgd}",
-                    "--layers {module,tensor} the fair direction's blocks", "--ldp {", "--dp {none,gaussian} Gaussian DP",
+                    "--layers {module,tensor} the fair direction's blocks", "--ldp {", "--dp {none,gaussian,central} gaussian: local Gaussian DP",
                     "--client-grad {full,local} FedLF's client", "default: none, every option at its default"):
         assert snippet in out, snippet
     assert "(default: None)" not in out

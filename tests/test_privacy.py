@@ -9,6 +9,8 @@ fails them with probability well under 1e-6 per assertion, while a wrong probabi
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import warnings
 
@@ -554,11 +556,21 @@ def test_privacy_guarantee_table(options, holds, phrase):
     assert rec["dual_from"] == options.get("dual_from", "local")  # a private run's default too
 
 
+def _unvalidated(**kw) -> Config:
+    """A Config built without its validation (Config(...) refuses these), field by field."""
+    cfg = object.__new__(Config)
+    for f in dataclasses.fields(Config):
+        object.__setattr__(cfg, f.name, kw.get(f.name, f.default))
+    return cfg
+
+
 def test_privacy_guarantee_of_unvalidated_and_non_private_configs():
-    # refused by validation, but the decision still says why (Config() does not validate)
-    holds, why = privacy_guarantee(Config(algorithm="fedlf", client_grad="full", ldp="adaptive"))
+    # refused by validation (Config(...) raises), but the decision still says why
+    with pytest.raises(ValueError, match="client_grad"):
+        Config(algorithm="fedlf", client_grad="full", ldp="adaptive")
+    holds, why = privacy_guarantee(_unvalidated(algorithm="fedlf", client_grad="full", ldp="adaptive"))
     assert not holds and "gradient" in why
-    holds, why = privacy_guarantee(Config(algorithm="fedavg", model="cnn_bn", dp="gaussian"))
+    holds, why = privacy_guarantee(_unvalidated(algorithm="fedavg", model="cnn_bn", dp="gaussian"))
     assert not holds and "batch-norm" in why
     assert privacy_guarantee(Config(algorithm="fedavg"))[0] is False
     for algorithm in ("fedavg", "fedalf", "fedadmm"):
