@@ -10,7 +10,6 @@ fails them with probability well under 1e-6 per assertion, while a wrong probabi
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import warnings
 
