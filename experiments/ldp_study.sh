@@ -7,6 +7,7 @@ C="--algorithm fedalf --model mlp --ldp adaptive --epsilon 2 --rounds 200 --eval
 run() { name=$1; shift; s=$(date +%s); .venv/bin/fedalf sweep $C "$@" --out "runs/ldp-study/$name" \
           > "runs/ldp-study/$name.log" 2>&1; echo "$name rc=$? $(( $(date +%s) - s )) s" >> runs/ldp-study/times.txt; }
 mkdir -p runs/ldp-study
+if [ "${FIVE_SEEDS:-0}" != 1 ] && [ "${FRONTIER:-0}" != 1 ]; then  # the 2-3 seed study (FIVE_SEEDS=1, FRONTIER=1: only the runs below)
 # the default: noise on the update, denoised length, model upload (dual on the client)
 run B_update_denoised_model --partition pat1 pat2 --server-lr 0.5 1.0 --seeds 0 1 2
 # one change at a time from the default, pat1, at the default's server step, 2 seeds
@@ -20,3 +21,17 @@ run D_update_denoised_perturbed --partition pat1 --server-lr 1.0 --seeds 0 1 --s
 run H_update_raw_model_eta2 --partition pat1 --server-lr 2.0 --seeds 0 1 --fair-norm raw
 run C2_update_raw_model_pat2 --partition pat2 --server-lr 1.0 --seeds 0 1 --fair-norm raw
 run E2_update_denoised_model_eta2_pat2 --partition pat2 --server-lr 2.0 --seeds 0 1
+fi
+# five seeds (issue 15's closing table): the default and the two runners-up, pat1 and pat2, at eta_g 1.
+# A folder "<variant>.<suffix>" adds seeds to <variant> (ldp_study_table.py joins them).
+if [ "${FIVE_SEEDS:-0}" = 1 ]; then
+run B_update_denoised_model.s34 --partition pat1 pat2 --server-lr 1.0 --seeds 3 4
+run D_update_denoised_perturbed.s234 --partition pat1 --server-lr 1.0 --seeds 2 3 4 --server-target increment --dual-from perturbed
+run D_update_denoised_perturbed.pat2 --partition pat2 --server-lr 1.0 --seeds 0 1 2 3 4 --server-target increment --dual-from perturbed
+run F_weights_denoised_model.s234 --partition pat1 --server-lr 1.0 --seeds 2 3 4 --ldp-on weights
+run F_weights_denoised_model.pat2 --partition pat2 --server-lr 1.0 --seeds 0 1 2 3 4 --ldp-on weights
+fi
+# the frontier (issue 15 item 6): the default variant at other budgets, pat1, 3 seeds (epsilon 2: the runs above)
+if [ "${FRONTIER:-0}" = 1 ]; then
+run B_update_denoised_model.frontier --partition pat1 --server-lr 1.0 --seeds 0 1 2 --epsilon 0.5 1 4 8
+fi

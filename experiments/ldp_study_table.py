@@ -6,7 +6,8 @@ import json
 import pathlib
 import statistics
 
-root = pathlib.Path("runs/ldp-study")
+import sys
+root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "runs/ldp-study")
 cells = collections.defaultdict(list)
 for m in sorted(root.glob("*/*/metrics.csv")):
     cfg = json.loads((m.parent / "config.json").read_text())
@@ -14,7 +15,8 @@ for m in sorted(root.glob("*/*/metrics.csv")):
     if not rows or int(rows[-1]["round"]) != cfg["rounds"]:
         continue  # not finished
     last3 = rows[-3:]
-    cells[(m.parent.parent.name, cfg["partition"], cfg["server_lr"])].append((
+    cells[(f"{m.parent.parent.name.split('.')[0]} eps={cfg['epsilon']:g}", cfg["partition"],
+           "default" if cfg["server_lr"] is None else f"{cfg['server_lr']:g}")].append((
         float(rows[-1]["mean_acc"]), float(rows[-1]["angle_deg"]),
         statistics.mean(float(r["mean_acc"]) for r in last3), statistics.mean(float(r["angle_deg"]) for r in last3)))
 
@@ -27,5 +29,5 @@ print("| variant | partition | η_g | seeds | final acc | final angle (°) | las
 print("|---|---|---|---|---|---|---|---|")
 for (name, part, eta), v in sorted(cells.items()):
     cols = list(zip(*v))
-    print(f"| {name} | {part} | {eta:g} | {len(v)} | {ms(cols[0], '{:.3f}')} | {ms(cols[1], '{:.1f}')} | "
+    print(f"| {name} | {part} | {eta} | {len(v)} | {ms(cols[0], '{:.3f}')} | {ms(cols[1], '{:.1f}')} | "
           f"{ms(cols[2], '{:.3f}')} | {ms(cols[3], '{:.1f}')} |")
