@@ -835,7 +835,7 @@ def frontier_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]
             ax.set_xscale("log")
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
-    xlabel = "--epsilon: per round (LDP, local Gaussian), whole run (central) (log scale)"
+    xlabel = "--epsilon (log scale; report.md says per what)"
     ax_acc.set(xlabel=xlabel, ylabel="final mean accuracy", title=f"privacy–utility frontier ({title})")
     ax_ang.set(xlabel=xlabel, ylabel="final fairness angle (°)", title=f"angle vs privacy ({title})")
     ax_acc.legend(fontsize=7, title="mean ± std over seeds", title_fontsize=7)
