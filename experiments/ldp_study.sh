@@ -35,3 +35,7 @@ fi
 if [ "${FRONTIER:-0}" = 1 ]; then
 run B_update_denoised_model.frontier --partition pat1 --server-lr 1.0 --seeds 0 1 2 --epsilon 0.5 1 4 8
 fi
+# the frontier's non-private levels (same settings, no mechanism), 3 seeds
+if [ "${FRONTIER:-0}" = 1 ]; then
+run nonprivate_fedalf_fedavg --partition pat1 --seeds 0 1 2 --algorithm fedalf fedavg --ldp none
+fi
