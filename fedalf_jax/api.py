@@ -11,6 +11,7 @@ docs/extending.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -51,21 +52,23 @@ class Result:
         if self._variables is None:
             if self.run_dir is None:
                 raise ConfigError("this run kept no model (it had nothing left to run and no run directory)")
-            self._variables = dict(self._state().variables)
+            self._variables = dict(self._checkpoint.variables)
         return self._variables
 
     @property
     def client_states(self):
         """Every client's state (``Algorithm.init_client_state``'s pytree with a leading axis of N clients;
         the ADMM duals), from the run directory's last checkpoint."""
-        return self._state().duals
+        return self._checkpoint.duals
 
     @property
     def server_state(self):
         """The server's state (``Algorithm.init_server_state``'s pytree), from the last checkpoint."""
-        return self._state().sstate
+        return self._checkpoint.sstate
 
-    def _state(self):
+    @functools.cached_property
+    def _checkpoint(self):
+        """The run state of the last usable checkpoint, read once per result (model and states share it)."""
         if self.run_dir is None:
             raise ConfigError("this run has no run directory, so no checkpoint to read the states from; run it "
                               "with out=...")
