@@ -10,3 +10,19 @@ os.environ.setdefault("FEDALF_COMPILE_CACHE", "off")
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def compile_cache(tmp_path, monkeypatch):
+    """A persistent compilation cache for one test, as a user's repeated commands share one: a test that
+    compiles the same program several times (a sweep, then each of its runs alone; a run, then its
+    resume; the CLI subprocesses it starts) compiles it once and loads it after. A loaded program is the
+    one compiled, so results are bit for bit those without the cache. Off again after the test."""
+    from fedalf_jax.experiment.cache import configure
+    path = tmp_path / "compile-cache"
+    monkeypatch.setenv("FEDALF_COMPILE_CACHE", str(path))  # main() and subprocesses
+    configure(path)  # calls of loop.run and sweep made by the test itself
+    yield path
+    configure(None)

@@ -188,7 +188,7 @@ def test_cli_runs_the_example_by_module_path(tmp_path):
     assert len(fj.load(out).metrics) == 3  # rounds 0, 1, 2
 
 
-def test_sweep_vmaps_a_user_algorithm_as_its_single_runs(tmp_path):
+def test_sweep_vmaps_a_user_algorithm_as_its_single_runs(tmp_path, compile_cache):
     """fj.sweep runs a module:attribute algorithm's seeds in one vmapped program; each run equals its
     single run exactly, and fj.report tabulates it under its own name."""
     cfg = fj.Config(**{**TINY, "rounds": 2})

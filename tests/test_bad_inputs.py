@@ -117,7 +117,7 @@ def test_cifar_pickle_that_runs_code_is_refused_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "pwned").exists()
 
 
-def test_resume_before_anything_was_written_starts_from_round_zero(tmp_path, capsys):
+def test_resume_before_anything_was_written_starts_from_round_zero(tmp_path, capsys, compile_cache):
     # killed before config.json: the job script's flags describe the run
     a = tmp_path / "a"
     assert main(["run", *TINY, "--resume", "--out", str(a)]) == 0

@@ -41,7 +41,7 @@ def _metrics(path):
         return list(csv.DictReader(f))
 
 
-def test_same_seed_same_metrics_and_run_directory(tmp_path):
+def test_same_seed_same_metrics_and_run_directory(tmp_path, compile_cache):
     cfg = Config(algorithm="fedavg", out=str(tmp_path / "a"), **SMALL)
     rows1 = run(cfg, progress=False)
     rows2 = run(cfg.replace(out=str(tmp_path / "b")), progress=False)
@@ -67,7 +67,7 @@ def test_same_seed_same_metrics_and_run_directory(tmp_path):
     assert len(clients) == 8 and all(len(c["classes"]) == 2 for c in clients)  # pat1
 
 
-def test_resume_equals_uninterrupted(tmp_path):
+def test_resume_equals_uninterrupted(tmp_path, compile_cache):
     full = Config(algorithm="fedadmm", out=str(tmp_path / "full"), **SMALL)
     run(full, progress=False)
     part = full.replace(out=str(tmp_path / "part"), rounds=2)
@@ -121,8 +121,9 @@ def test_fair_algorithms_run_compiled_without_conflicts():
 def test_privacy_in_the_round():
     # the paper's reading (noise on the weights, the increment upload, the raw length), which a private
     # run no longer gets by default (tests/test_private_fedalf.py)
+    # (history off and the pgd QP only make the five programs quicker to compile)
     base = Config(algorithm="fedalf", ldp_on="weights", fair_norm="raw", server_target="increment", server_lr=0.5,
-                  **SMALL)
+                  history=False, qp_method="pgd", **SMALL)
     plain, _ = _round_params(base)
     # ε → ∞: the adaptive mechanism keeps every sign and k → 1, so LDP-FedALF equals FedALF
     loose, _ = _round_params(base.replace(ldp="adaptive", epsilon=60.0))
@@ -208,7 +209,7 @@ def test_private_runs_say_what_they_guarantee(tmp_path):
     assert spent["epsilon"] == pytest.approx(1.61, abs=0.005) and spent["delta"] == 1e-5
 
 
-def test_bfloat16_state_storage_halves_the_per_client_rows_and_resumes(tmp_path):
+def test_bfloat16_state_storage_halves_the_per_client_rows_and_resumes(tmp_path, compile_cache):
     cfg = Config(algorithm="fedalf", history=True, **SMALL)
     f32 = init_state(build(cfg).spec, 0)
     b16 = init_state(build(cfg.replace(state_dtype="bfloat16")).spec, 0)

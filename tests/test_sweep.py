@@ -48,7 +48,7 @@ def _assert_same_metrics(a, b, *, exact: bool):
 # tolerance of _assert_same_metrics). The GPU's auto (runs and clients vmapped) is
 # test_gpu_auto_vmapped_runs_and_clients_equal_their_single_runs_within_float_noise below.
 @pytest.mark.parametrize("run_map", ["auto", "vmap"])
-def test_each_run_of_a_sweep_equals_its_single_run(tmp_path, capsys, run_map):
+def test_each_run_of_a_sweep_equals_its_single_run(tmp_path, capsys, run_map, compile_cache):
     out = tmp_path / "sw"
     # 4 runs of one combination (seeds × lr), 3 per program call: the second call has a padding slot
     assert main(["sweep", *TINY, "--algorithm", "fedalf", "--seeds", "0", "1", "--lr", "0.02", "0.1",
@@ -87,7 +87,7 @@ def test_a_diverged_run_is_marked_and_the_others_go_on(tmp_path):
     assert list(good["round"]) == [0, 2, 4] and np.all(np.isfinite(good["mean_acc"]))
 
 
-def test_resume_finishes_only_the_unfinished_runs(tmp_path, monkeypatch):
+def test_resume_finishes_only_the_unfinished_runs(tmp_path, monkeypatch, compile_cache):
     base = {**BASE, "algorithm": "fedadmm", "rounds": 6, "checkpoint_every": "2"}
     cfgs = expand(base, {"lr": [0.05, 0.1]}, [0])
     whole = tmp_path / "whole"
@@ -119,7 +119,7 @@ def test_resume_finishes_only_the_unfinished_runs(tmp_path, monkeypatch):
     assert [r.status() for r in find_runs([cut])] == ["done", "done"]
 
 
-def test_resume_with_more_rounds_extends_a_finished_sweep_as_if_it_had_run_them(tmp_path, capsys):
+def test_resume_with_more_rounds_extends_a_finished_sweep_as_if_it_had_run_them(tmp_path, capsys, compile_cache):
     grid = ["sweep", *TINY, "--algorithm", "fedalf", "--lr", "0.05", "0.1", "--train-loss-every", "1"]
     assert main([*grid, "--rounds", "6", "--out", str(tmp_path / "long")]) == 0
     assert main([*grid, "--rounds", "4", "--out", str(tmp_path / "short")]) == 0
@@ -208,7 +208,7 @@ def test_checkpoint_every_is_validated():
             Config(checkpoint_every=bad).validated()
 
 
-def test_sigkill_at_a_random_moment_then_resume_gives_identical_metrics(tmp_path):
+def test_sigkill_at_a_random_moment_then_resume_gives_identical_metrics(tmp_path, compile_cache):
     """experiments/kill_resume.py: a sweep killed with SIGKILL, resumed, equals an uninterrupted one."""
     import subprocess
     import sys

@@ -93,8 +93,8 @@ def test_a_bad_memory_limit_is_one_line(tmp_path, capsys, monkeypatch):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "FEDALF_MEMORY_LIMIT" in err, err
 
 
-def test_a_small_memory_limit_chooses_a_narrower_call_says_why_and_runs_it(tmp_path, capsys, monkeypatch):
-    cfgs = S.expand({**BASE, "algorithm": "fedalf"}, {}, [0, 1, 2, 3])
+def test_a_small_memory_limit_chooses_a_narrower_call_says_why_and_runs_it(tmp_path, capsys, monkeypatch, compile_cache):
+    cfgs = S.expand({**BASE, "algorithm": "fedavg"}, {}, [0, 1, 2, 3])
     group = S._Group([(c, None) for c in cfgs])
     sizer = S._Sizer(group, S.static_key(cfgs[0]), False, None)
     at2, at4 = sizer(2), sizer(4)
@@ -112,7 +112,7 @@ def test_a_small_memory_limit_chooses_a_narrower_call_says_why_and_runs_it(tmp_p
     monkeypatch.setattr(S.Program, "_compile", compile_)
     capsys.readouterr()
     out = tmp_path / "sw"
-    assert main(["sweep", *TINY, "--algorithm", "fedalf", "--seeds", "0", "1", "2", "3", "--out", str(out)]) == 0
+    assert main(["sweep", *TINY, "--algorithm", "fedavg", "--seeds", "0", "1", "2", "3", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     said = [line for line in err.splitlines() if "sweep chunk" in line]
     chunk = json.loads((out / "sweep.json").read_text())["chunk"]
@@ -124,7 +124,7 @@ def test_a_small_memory_limit_chooses_a_narrower_call_says_why_and_runs_it(tmp_p
     assert compiled.count((("train_loss",), (chunk, 2))) == 1, compiled
     assert (("chunk", 2), (4, 2)) in compiled  # the whole combination was sized first
     # a run of the narrower calls is still its single run, bit for bit
-    rd = RunDir(out / "fedalf_seed3")
+    rd = RunDir(out / "fedavg_seed3")
     single = tmp_path / "single"
     assert main(["run", "--config", str(rd.path / "config.json"), "--out", str(single), "--no-progress"]) == 0
     assert _metrics(rd.path / "metrics.csv") == _metrics(single / "metrics.csv")
@@ -197,7 +197,7 @@ def test_a_sweep_keeps_one_checkpoint_per_run_and_never_more_than_one_being_writ
     assert all(RunDir(out / n).checkpoint_rounds().keys() == {6} for n in names)
 
 
-def test_a_sweep_killed_between_its_runs_checkpoints_resumes_each_run_from_its_own(tmp_path, monkeypatch):
+def test_a_sweep_killed_between_its_runs_checkpoints_resumes_each_run_from_its_own(tmp_path, monkeypatch, compile_cache):
     cfgs = S.expand({**BASE, "algorithm": "fedalf", "rounds": 6, "checkpoint_every": "2"}, {"lr": [0.05, 0.1]}, [0])
     whole = tmp_path / "whole"
     S.sweep(cfgs, whole, progress=False)

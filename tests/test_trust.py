@@ -184,7 +184,7 @@ def _flip_a_data_byte(p: Path):
 
 
 @pytest.mark.parametrize("damage", [_truncate, _flip_a_data_byte])
-def test_a_damaged_checkpoint_falls_back_to_the_previous_generation(tmp_path, capsys, damage):
+def test_a_damaged_checkpoint_falls_back_to_the_previous_generation(tmp_path, capsys, damage, compile_cache):
     a = _two_generations(tmp_path)
     damage(a / "checkpoint.npz")
     code, err = _cli(capsys, ["run", "--resume", "--out", str(a), "--rounds", "6"])
@@ -309,7 +309,7 @@ def _wait_for(cond, proc, timeout=180):
         time.sleep(0.05)
 
 
-def test_ctrl_c_saves_the_last_finished_round_and_exits_130(tmp_path):
+def test_ctrl_c_saves_the_last_finished_round_and_exits_130(tmp_path, compile_cache):
     a = tmp_path / "a"
     proc = _start(a, "--eval-every", "5")  # checkpoints every 300 s: none before the Ctrl-C
     _wait_for(lambda: (a / "metrics.csv").exists() and len((a / "metrics.csv").read_text().splitlines()) >= 4, proc)
@@ -350,7 +350,7 @@ def test_ctrl_c_during_the_first_compile_exits_130_without_a_crash(tmp_path):
     assert "Traceback" not in err and "interrupted after round" in err, err
 
 
-def test_a_second_ctrl_c_exits_at_once_and_leaves_a_resumable_folder(tmp_path):
+def test_a_second_ctrl_c_exits_at_once_and_leaves_a_resumable_folder(tmp_path, compile_cache):
     a = tmp_path / "a"
     assert main(["run", *TINY, "--rounds", "1", "--out", str(a)]) == 0
     log = tmp_path / "stderr"
