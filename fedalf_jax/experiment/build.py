@@ -47,7 +47,7 @@ def algorithm(cfg: Config, layer_of) -> A.Algorithm:
         except registry.RegistryError as e:
             raise ConfigError(str(e)) from None
     fair = dict(history=cfg.resolved_history, merge_tol=cfg.merge_tol, qp_method=cfg.qp_method,
-                fair_norm=cfg.resolved_fair_norm)
+                fair_norm=cfg.resolved_fair_norm, history_tau=cfg.history_tau)
     kw = {
         "fedadmm": dict(server_target=cfg.resolved_server_target, dual_from=cfg.resolved_dual_from),
         "fedlf": dict(client_grad=cfg.client_grad, **fair),

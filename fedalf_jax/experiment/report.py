@@ -104,7 +104,7 @@ _USED_BY = {
     "mu": ("fedprox",), "q": ("qfedavg",),
     "rho": ("fedadmm", "fedalf"), "server_target": ("fedadmm", "fedalf"), "dual_from": ("fedadmm", "fedalf"),
     "client_grad": ("fedlf",),
-    "history": ("fedlf", "fedalf"), "merge_tol": ("fedlf", "fedalf"), "qp_method": ("fedlf", "fedalf"),
+    "history": ("fedlf", "fedalf"), "history_tau": ("fedlf", "fedalf"), "merge_tol": ("fedlf", "fedalf"), "qp_method": ("fedlf", "fedalf"),
     "fair_norm": ("fedlf", "fedalf"),
 }
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",

@@ -185,28 +185,33 @@ def qfedavg_server(s: ServerIn):
     return T.sub(s.theta, step), s.sstate, _no_info()
 
 
-def history_rows(last, sel, t):
+def history_rows(last, sel, t, tau_max=None):
     """Which stored rows join round ``t``'s QPs (FedLF's released code): with ``M`` the clients seen so
     far (``last ≥ 0``, or online now) and ``m = len(sel)``, when ``M > m`` every client that is not
-    online and was last online at a round ``≥ t − τ``, ``τ = ⌊M/m⌋``. ``last``: ``[N]`` round each
-    client was last online (−1: never)."""
+    online and was last online at a round ``≥ t − τ``, ``τ = ⌊M/m⌋``, or ``min(⌊M/m⌋, tau_max)`` when
+    ``tau_max`` is given (``0``: no stored row joins). ``last``: ``[N]`` round each client was last online
+    (−1: never)."""
     n = last.shape[0]
     m = sel.shape[0]
     online = jnp.zeros((n,), bool).at[sel].set(True)
     seen = jnp.sum((last >= 0) | online)
     tau = seen // m
+    if tau_max is not None:
+        tau = jnp.minimum(tau, tau_max)
     return (seen > m) & ~online & (last >= 0) & (last >= t - tau)
 
 
 FAIR_NORMS = ("raw", "denoised")
 
 
-def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: str, fair_norm: str = "raw"):
+def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: str, fair_norm: str = "raw",
+                     history_tau=None):
     """FedLF / FedALF: θ ← θ − η_g d with d the layer-wise fair direction (docs/algorithms.md).
 
     ``fair_norm``: the length d is rescaled to, ``‖mean_i Δ_i‖`` of the uploads as received (``"raw"``),
     or with the privacy noise's share removed (``"denoised"``: ``E‖Σ Δ̃_i‖² = ‖Σ Δ_i‖² + Σ_i Var Δ̃_i``,
-    the variances from ``ServerIn.noise_var``)."""
+    the variances from ``ServerIn.noise_var``). ``history_tau``: the most rounds a stored row stays
+    (:func:`history_rows`; ``None``: FedLF's ``⌊M/m⌋``)."""
     from .fairness import fair_direction, update_history_gram
     if fair_norm not in FAIR_NORMS:
         raise ValueError(f"unknown fair_norm {fair_norm!r}; use one of {', '.join(FAIR_NORMS)}")
@@ -216,7 +221,7 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
         kw = dict(layer_of=layer_of, merge_tol=merge_tol, qp_method=qp_method, noise_sq=noise)
         if history:
             hist, last, gram = s.sstate
-            mask = history_rows(last, s.sel, s.t)
+            mask = history_rows(last, s.sel, s.t, history_tau)
             d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, history_gram=gram, **kw)
             sstate = (T.put(hist, s.sel, s.deltas), last.at[s.sel].set(s.t),
                       update_history_gram(gram, s.sel, info))
@@ -265,22 +270,22 @@ def fedadmm(*, server_target: str = "model", dual_from: str = "local") -> Algori
 
 
 def fedlf(layer_of, *, client_grad: str = "full", history: bool = True, merge_tol: float = 1e-6,
-          qp_method: str = "auto", fair_norm: str = "raw") -> Algorithm:
+          qp_method: str = "auto", fair_norm: str = "raw", history_tau=None) -> Algorithm:
     """FedLF: the layer-wise fair direction of the clients' full gradients (``client_grad="full"``)
     or of their scaled local-SGD changes ``(θ − w_i)/η_l`` (``"local"``)."""
     if client_grad not in ("full", "local"):
         raise ValueError(f"unknown client_grad {client_grad!r}; use 'full' or 'local'")
     server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
-                                          fair_norm=fair_norm)
+                                          fair_norm=fair_norm, history_tau=history_tau)
     return Algorithm("fedlf", server=server, upload=scaled_model_upload, local_train=client_grad == "local",
                      needs_loss=True, init_server_state=init_state, needs_noise_var=fair_norm == "denoised")
 
 
 def fedalf(layer_of, *, server_target: str = "increment", dual_from: str = "local", history: bool = True,
-           merge_tol: float = 1e-6, qp_method: str = "auto", fair_norm: str = "raw") -> Algorithm:
+           merge_tol: float = 1e-6, qp_method: str = "auto", fair_norm: str = "raw", history_tau=None) -> Algorithm:
     """FedALF: FedADMM's clients and upload, FedLF's fair server."""
     server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
-                                          fair_norm=fair_norm)
+                                          fair_norm=fair_norm, history_tau=history_tau)
     return Algorithm("fedalf", server=server, upload=make_admm_upload(server_target, dual_from),
                      penalty=admm_penalty, needs_loss=True, init_client_state=zeros_like_params,
                      init_server_state=init_state,
