@@ -7,7 +7,7 @@ C="--algorithm fedalf --model mlp --ldp adaptive --epsilon 2 --rounds 200 --eval
 run() { name=$1; shift; s=$(date +%s); .venv/bin/fedalf sweep $C "$@" --out "runs/ldp-study/$name" \
           > "runs/ldp-study/$name.log" 2>&1; echo "$name rc=$? $(( $(date +%s) - s )) s" >> runs/ldp-study/times.txt; }
 mkdir -p runs/ldp-study
-if [ "${FIVE_SEEDS:-0}" != 1 ] && [ "${FRONTIER:-0}" != 1 ] && [ "${PAPER:-0}" != 1 ]; then  # the 2-3 seed study (FIVE_SEEDS=1, FRONTIER=1, PAPER=1: only the runs below)
+if [ "${FIVE_SEEDS:-0}" != 1 ] && [ "${FRONTIER:-0}" != 1 ] && [ "${PAPER:-0}" != 1 ] && [ "${TAU:-0}" != 1 ]; then  # the 2-3 seed study (FIVE_SEEDS=1, FRONTIER=1, PAPER=1, TAU=1: only the runs below)
 # the default: noise on the update, denoised length, model upload (dual on the client)
 run B_update_denoised_model --partition pat1 pat2 --server-lr 0.5 1.0 --seeds 0 1 2
 # one change at a time from the default, pat1, at the default's server step, 2 seeds
@@ -45,4 +45,10 @@ if [ "${PAPER:-0}" = 1 ]; then
 run F_weights_denoised_model.eta --partition pat1 --server-lr 0.25 0.5 --seeds 0 1 --ldp-on weights
 run F_weights_denoised_model.eta2 --partition pat1 --server-lr 2.0 4.0 --seeds 0 1 --ldp-on weights
 run F_weights_denoised_model.frontier --partition pat1 --server-lr 1.0 --seeds 0 1 2 --epsilon 0.5 1 4 8 --ldp-on weights
+fi
+# the history rows kept for fewer or more rounds under noise (--history-tau; the default's tau is M/m = 10
+# once every client has been seen; history off is G above), the default variant, pat1, 2 seeds
+if [ "${TAU:-0}" = 1 ]; then
+run I_update_denoised_model_tau --partition pat1 --server-lr 1.0 --seeds 0 1 --history-tau 2 5
+run I_update_denoised_model_tau.long --partition pat1 --server-lr 1.0 --seeds 0 1 --history-tau 20
 fi

@@ -15,7 +15,8 @@ for m in sorted(root.glob("*/*/metrics.csv")):
     if not rows or int(rows[-1]["round"]) != cfg["rounds"]:
         continue  # not finished
     last3 = rows[-3:]
-    cells[(f"{m.parent.parent.name.split('.')[0]} eps={cfg['epsilon']:g}", cfg["partition"],
+    tau = f" history_tau={cfg['history_tau']}" if cfg.get("history_tau") is not None else ""
+    cells[(f"{m.parent.parent.name.split('.')[0]} eps={cfg['epsilon']:g}{tau}", cfg["partition"],
            "default" if cfg["server_lr"] is None else f"{cfg['server_lr']:g}")].append((
         float(rows[-1]["mean_acc"]), float(rows[-1]["angle_deg"]),
         statistics.mean(float(r["mean_acc"]) for r in last3), statistics.mean(float(r["angle_deg"]) for r in last3)))

@@ -177,7 +177,7 @@ mutate fedalf_jax/experiment/build.py '    return 1.0 / cfg.clients_per_round if
 mutate fedalf_jax/experiment/config.py '            d["central_rounds"] = self.rounds' '            pass' \
   "central: --resume may change the calibrated run length" "$CD -k refusals"
 # issue #15 item 2: the history rows' window under noise (labels start with "tau"), tests/test_wiring.py
-mutate fedalf_jax/sim/algorithms.py '        tau = jnp.minimum(tau, tau_max)' '        pass' "tau: --history-tau ignored by the window" \
+mutate fedalf_jax/sim/algorithms.py '    if tau is None:' '    if True:' "tau: --history-tau ignored by the window" \
   "tests/test_wiring.py -k history_tau"
 mutate fedalf_jax/experiment/build.py '                fair_norm=cfg.resolved_fair_norm, history_tau=cfg.history_tau)' \
   '                fair_norm=cfg.resolved_fair_norm)' "tau: --history-tau never reaches the server" "tests/test_wiring.py -k history_tau"

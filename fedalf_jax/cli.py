@@ -39,7 +39,7 @@ _HELP = {
     "out": "run directory (config.json, clients.json, metrics.csv, checkpoint.npz); "
            "default runs/<algorithm>-<model>-<time>",
     "history": "FedLF history rows (default: on for fedlf and fedalf)",
-    "history_tau": "the most rounds a stored history row joins the QPs after its client's upload "
+    "history_tau": "τ, how many rounds a stored history row joins the QPs after its client's upload "
                    "(default: FedLF's ⌊M/m⌋, M the clients seen so far; 0: none)",
     "train_loss_every": "rounds between evaluations of the train loss over all training samples (and at the end)",
     "checkpoint_every": "checkpoint every N rounds (e.g. 50) or every N seconds/minutes (300s, 5m); always at the end",

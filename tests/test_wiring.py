@@ -42,21 +42,24 @@ def test_history_window_includes_its_boundary_round():
     assert not np.any(np.asarray(history_rows(jnp.full((4,), -1), jnp.asarray([2, 3]), 0)))
 
 
-def test_history_tau_caps_the_window():
-    """--history-tau: τ = min(⌊M/m⌋, tau_max), written out by hand for the example above (τ = 5 there)."""
+def test_history_tau_sets_the_window():
+    """--history-tau T: τ = T instead of ⌊M/m⌋, written out by hand for the example above (τ = 5 there)."""
     last = jnp.asarray([19, 15, 14, 10, -1, 18, 16, 17, 13, 12, -1, -1])
     sel = jnp.asarray([5, 11])
-    rows = lambda tau_max: np.flatnonzero(np.asarray(history_rows(last, sel, 20, tau_max))).tolist()  # noqa: E731
-    assert rows(None) == [0, 1, 6, 7]  # last ≥ 15, not online
+    rows = lambda tau: np.flatnonzero(np.asarray(history_rows(last, sel, 20, tau))).tolist()  # noqa: E731
+    assert rows(None) == rows(5) == [0, 1, 6, 7]  # last ≥ 15, not online
     assert rows(2) == [0]  # last ≥ 18: client 5 (18) is online
     assert rows(4) == [0, 6, 7]  # last ≥ 16
-    assert rows(5) == rows(9) == rows(None)  # a cap above ⌊M/m⌋ changes nothing
+    assert rows(9) == [0, 1, 2, 6, 7, 8, 9]  # last ≥ 11: longer than FedLF's window
     assert rows(0) == []  # every stored row is older than this round
+    # no stored row while at most m clients have been seen, whatever τ
+    assert not np.any(np.asarray(history_rows(jnp.asarray([0, 0, -1, -1]), jnp.asarray([0, 1]), 1, 99)))
 
 
 def test_history_tau_reaches_the_fair_server():
-    """The option's wiring (config → build → server): with τ capped at 0 no stored row ever joins, so
-    FedALF takes the steps it takes without history rows; a cap above ⌊M/m⌋ is the default, bit for bit."""
+    """The option's wiring (config → build → server): with τ = 0 no stored row ever joins, so FedALF takes
+    the steps it takes without history rows; τ = 1 drops the rows of two rounds ago that FedLF's
+    τ = ⌊M/m⌋ = 2 keeps."""
     from fedalf_jax.sim.round import run_rounds
 
     def params(**kw):
@@ -65,10 +68,10 @@ def test_history_tau_reaches_the_fair_server():
         state, _ = jax.jit(lambda s: run_rounds(exp.spec, s, exp.hp, exp.data, 4))(state)
         return np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(state.variables)])
 
-    default, capped0, off, capped_high = params(), params(history_tau=0), params(history=False), params(history_tau=99)
-    np.testing.assert_array_equal(capped_high, default)
-    np.testing.assert_allclose(capped0, off, rtol=1e-5, atol=1e-6)
+    default, tau0, off, tau1 = params(), params(history_tau=0), params(history=False), params(history_tau=1)
+    np.testing.assert_allclose(tau0, off, rtol=1e-5, atol=1e-6)
     assert np.abs(default - off).max() > 1e-4  # 4 rounds, 8 clients, m = 3: stored rows did join (τ = 2)
+    assert np.abs(tau1 - default).max() > 1e-4
 
 
 def test_every_client_of_a_round_gets_its_own_key_and_shuffle():

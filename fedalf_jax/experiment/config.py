@@ -157,7 +157,7 @@ class Config:
     q: float = 0.1
     client_grad: str = "full"
     history: Optional[bool] = None
-    history_tau: Optional[int] = None  # the most rounds a stored history row stays; default FedLF's ⌊M/m⌋
+    history_tau: Optional[int] = None  # rounds a stored history row stays (τ); default FedLF's ⌊M/m⌋
     layers: str = "module"
     merge_tol: float = 1e-6
     qp_method: str = "auto"  # active-set up to 256 QP rows, pgd above (fedalf_jax/sim/qp.py)
@@ -373,7 +373,7 @@ class Config:
             if not isinstance(self.history_tau, int) or isinstance(self.history_tau, bool) or self.history_tau < 0:
                 raise ConfigError(f"history_tau must be a non-negative integer (rounds), got {self.history_tau!r}")
             if not self.resolved_history:
-                raise ConfigError(f"history_tau {self.history_tau} caps how long history rows stay, but this run has "
+                raise ConfigError(f"history_tau {self.history_tau} sets how long history rows stay, but this run has "
                                   f"none ({self.algorithm}, history off); drop --history-tau or use --history on "
                                   f"with fedlf or fedalf")
         if self.dp == "central" and self.algorithm in ("fedlf", "fedalf") and self.resolved_history:

@@ -185,19 +185,17 @@ def qfedavg_server(s: ServerIn):
     return T.sub(s.theta, step), s.sstate, _no_info()
 
 
-def history_rows(last, sel, t, tau_max=None):
+def history_rows(last, sel, t, tau=None):
     """Which stored rows join round ``t``'s QPs (FedLF's released code): with ``M`` the clients seen so
     far (``last ≥ 0``, or online now) and ``m = len(sel)``, when ``M > m`` every client that is not
-    online and was last online at a round ``≥ t − τ``, ``τ = ⌊M/m⌋``, or ``min(⌊M/m⌋, tau_max)`` when
-    ``tau_max`` is given (``0``: no stored row joins). ``last``: ``[N]`` round each client was last online
-    (−1: never)."""
+    online and was last online at a round ``≥ t − τ``, ``τ = ⌊M/m⌋``, or ``tau`` when given (``0``: no
+    stored row joins). ``last``: ``[N]`` round each client was last online (−1: never)."""
     n = last.shape[0]
     m = sel.shape[0]
     online = jnp.zeros((n,), bool).at[sel].set(True)
     seen = jnp.sum((last >= 0) | online)
-    tau = seen // m
-    if tau_max is not None:
-        tau = jnp.minimum(tau, tau_max)
+    if tau is None:
+        tau = seen // m
     return (seen > m) & ~online & (last >= 0) & (last >= t - tau)
 
 
@@ -210,8 +208,8 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
 
     ``fair_norm``: the length d is rescaled to, ``‖mean_i Δ_i‖`` of the uploads as received (``"raw"``),
     or with the privacy noise's share removed (``"denoised"``: ``E‖Σ Δ̃_i‖² = ‖Σ Δ_i‖² + Σ_i Var Δ̃_i``,
-    the variances from ``ServerIn.noise_var``). ``history_tau``: the most rounds a stored row stays
-    (:func:`history_rows`; ``None``: FedLF's ``⌊M/m⌋``)."""
+    the variances from ``ServerIn.noise_var``). ``history_tau``: how many rounds a stored row stays
+    (:func:`history_rows`'s ``τ``; ``None``: FedLF's ``⌊M/m⌋``)."""
     from .fairness import fair_direction, update_history_gram
     if fair_norm not in FAIR_NORMS:
         raise ValueError(f"unknown fair_norm {fair_norm!r}; use one of {', '.join(FAIR_NORMS)}")
