@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 17 item 2: the seed paper's CNN on FMNIST, 200 rounds, both partitions, at the step sizes the MLP
+# study chose (docs/results.md §2, not re-tuned for the CNN: FedAvg 0.1, FedLF with local SGD 0.1,
+# FedALF 0.05; LDP-FedALF at FedALF's lr with the private defaults, epsilon 2).
+# The sweeps run in order of what the tables need most; each is a folder runs/seed-cnn/<name>. Kill it
+# whenever CPU time runs out and run it again: a finished sweep is skipped, a killed one resumes from its
+# last checkpoint (`fedalf sweep --resume`). Wall time per sweep: runs/seed-cnn/times.txt.
+# Tables: `.venv/bin/fedalf report runs/seed-cnn --out runs/seed-cnn-report`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=runs/seed-cnn
+C="--model cnn --rounds ${ROUNDS:-200} --eval-every 10 --checkpoint-every 20 --no-progress"
+mkdir -p "$OUT"
+run() {
+  name=$1; shift; s=$(date +%s)
+  if [ -f "$OUT/$name/sweep.json" ]; then
+    .venv/bin/fedalf sweep --resume --out "$OUT/$name" --no-progress >> "$OUT/$name.log" 2>&1
+  else
+    .venv/bin/fedalf sweep $C "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+  fi
+  echo "$name rc=$? $(( $(date +%s) - s )) s" >> "$OUT/times.txt"
+}
+# one seed of each, pat1 first
+run fedalf_pat1 --algorithm fedalf --partition pat1 --lr 0.05 --seeds 0
+run fedavg_pat1 --algorithm fedavg --partition pat1 --lr 0.1 --seeds 0
+run fedalf_pat2 --algorithm fedalf --partition pat2 --lr 0.05 --seeds 0
+run fedavg_pat2 --algorithm fedavg --partition pat2 --lr 0.1 --seeds 0
+run ldp-fedalf_pat1 --algorithm fedalf --ldp adaptive --epsilon 2 --partition pat1 --lr 0.05 --seeds 0
+run fedlf-local_pat1 --algorithm fedlf --client-grad local --partition pat1 --lr 0.1 --seeds 0
+run ldp-fedalf_pat2 --algorithm fedalf --ldp adaptive --epsilon 2 --partition pat2 --lr 0.05 --seeds 0
+run fedlf-local_pat2 --algorithm fedlf --client-grad local --partition pat2 --lr 0.1 --seeds 0
+# the second seed of FedAvg and FedALF on pat1 (the issue's minimum), then of the rest
+run fedalf_pat1.s1 --algorithm fedalf --partition pat1 --lr 0.05 --seeds 1
+run fedavg_pat1.s1 --algorithm fedavg --partition pat1 --lr 0.1 --seeds 1
+run fedalf_pat2.s1 --algorithm fedalf --partition pat2 --lr 0.05 --seeds 1
+run fedavg_pat2.s1 --algorithm fedavg --partition pat2 --lr 0.1 --seeds 1
