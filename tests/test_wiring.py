@@ -54,6 +54,18 @@ def test_history_tau_sets_the_window():
     assert rows(0) == []  # every stored row is older than this round
 
 
+def test_history_tau_refuses_what_it_cannot_mean():
+    import pytest
+    from fedalf_jax.experiment.config import ConfigError
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ConfigError, match="history_tau must be a non-negative integer"):
+            Config(algorithm="fedalf", history_tau=bad)
+    for kw in (dict(algorithm="fedavg"), dict(algorithm="fedalf", history=False)):
+        with pytest.raises(ConfigError, match="drop --history-tau or use --history on"):
+            Config(history_tau=3, **kw)
+    assert Config(algorithm="fedlf", history_tau=0).history_tau == 0
+
+
 def test_history_tau_reaches_the_fair_server():
     """The option's wiring (config → build → server): with τ = 0 no stored row ever joins, so FedALF takes
     the steps it takes without history rows; τ = 1 drops the rows of two rounds ago that FedLF's

@@ -370,8 +370,7 @@ class Config:
         _choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         _choice("neighbouring", self.neighbouring, NEIGHBOURING)
         if self.history_tau is not None:
-            if not isinstance(self.history_tau, int) or isinstance(self.history_tau, bool) or self.history_tau < 0:
-                raise ConfigError(f"history_tau must be a non-negative integer (rounds), got {self.history_tau!r}")
+            _nonneg_int("history_tau", self.history_tau)
             if not self.resolved_history:
                 raise ConfigError(f"history_tau {self.history_tau} sets how long history rows stay, but this run has "
                                   f"none ({self.algorithm}, history off); drop --history-tau or use --history on "
@@ -386,8 +385,7 @@ class Config:
         for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "eval_every", "devices",
                      "train_loss_every", "synthetic_train", "synthetic_test"):
             _pos_int(name, getattr(self, name))
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+        _nonneg_int("seed", self.seed)
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients}); "
                               f"lower --clients-per-round or raise --clients")
@@ -580,6 +578,11 @@ def _choice(name: str, value: Any, options: tuple) -> None:
 def _pos_int(name: str, v: Any) -> None:
     if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+
+
+def _nonneg_int(name: str, v: Any) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ConfigError(f"{name} must be a non-negative integer, got {v!r}")
 
 
 def _pos_float(name: str, v: Any) -> None:
