@@ -2,14 +2,15 @@
 
 For each algorithm, the step size η is tuned over {0.01, 0.05, 0.1} as FedLF's authors did (the value
 whose seed-mean final accuracy is best, per partition) on ``--tune-seeds``; the ``--extra-seeds`` then
-run at the chosen η only. The private variants of FedALF (LDP-FedALF with both ``dual_from``, and
-DP-FedALF) run at FedALF's chosen η on every seed. Every sweep writes ``OUT/<name>/``; ``fedalf report
+run at the chosen η only. The private variants of FedALF run at FedALF's chosen η on every seed, at
+ε = 2: LDP-FedALF as users run it (``--ldp adaptive`` with its guarantee-holding defaults, docs/privacy.md)
+and DP-FedALF (local Gaussian DP, the paper's). Every sweep writes ``OUT/<name>/``; ``fedalf report
 OUT/*`` makes the tables. Each sweep resumes where a killed one stopped, and ``--rounds`` larger than
 a finished sweep's extends its runs (``fedalf sweep --resume --rounds``).
 
     python experiments/seed_experiment.py --model mlp --rounds 200 --out runs/seed-mlp
     python experiments/seed_experiment.py --model cnn --rounds 200 --tune-seeds 0 1 --extra-seeds \\
-        --only fedavg fedlf-local fedalf ldp-fedalf-local ldp-fedalf-perturbed --out runs/seed-cnn
+        --only fedavg fedlf-local fedalf ldp-fedalf --out runs/seed-cnn
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ TUNED = {
     "fedlf-local": (["--algorithm", "fedlf", "--client-grad", "local"], "--lr"),
 }
 PRIVATE = {  # at FedALF's η
-    "ldp-fedalf-local": ["--algorithm", "fedalf", "--ldp", "adaptive", "--dual-from", "local"],
-    "ldp-fedalf-perturbed": ["--algorithm", "fedalf", "--ldp", "adaptive", "--dual-from", "perturbed"],
-    "dp-fedalf": ["--algorithm", "fedalf", "--dp", "gaussian"],
+    "ldp-fedalf": ["--algorithm", "fedalf", "--ldp", "adaptive", "--epsilon", "2"],
+    "dp-fedalf": ["--algorithm", "fedalf", "--dp", "gaussian", "--epsilon", "2"],
 }
 
 
