@@ -403,7 +403,9 @@ GOOD = dict(ldp="none", dp="none", epsilon=2.0, delta=1e-5, clip=1.0, algorithm=
     [
         (dict(ldp="laplace"), "ldp='laplace'"),
         (dict(dp="laplace"), "dp='laplace'"),
-        (dict(algorithm="fedsgd", ldp="adaptive"), "algorithm='fedsgd'"),
+        (dict(algorithm="fedsgd", ldp="adaptive"), "unknown algorithm 'fedsgd'; choose one of"),
+        (dict(algorithm="nosuchmod:alg", ldp="adaptive"), "cannot import module 'nosuchmod'"),
+        (dict(algorithm=["fedalf"], ldp="adaptive"), "algorithm must be a name"),
         (dict(ldp="adaptive", epsilon=0.0), "epsilon"),
         (dict(ldp="adaptive", epsilon=-1.0), "epsilon"),
         (dict(ldp="ldp_fl", epsilon=float("inf")), "epsilon"),

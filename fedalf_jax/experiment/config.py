@@ -625,9 +625,13 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
         raise ValueError(f"unknown ldp={ldp!r}; use one of {', '.join(map(repr, LDP_NAMES))}")
     if dp not in DPS:
         raise ValueError(f"unknown dp={dp!r}; use one of {', '.join(map(repr, DPS))}")
-    if algorithm not in ALGORITHMS and not registry.known("algorithm", algorithm, ALGORITHMS):
-        raise ValueError(f"unknown algorithm={algorithm!r}; use one of {', '.join(map(repr, ALGORITHMS))} or "
-                         f"register your own (docs/extending.md)")
+    if algorithm not in ALGORITHMS:
+        if not isinstance(algorithm, str):
+            raise ValueError(f"algorithm must be a name (a string), got {type(algorithm).__name__} {algorithm!r}")
+        try:
+            registry.lookup("algorithm", algorithm, ALGORITHMS)
+        except registry.RegistryError as e:  # says why (unknown, or its module:attribute does not import)
+            raise ValueError(str(e)) from None
     if algorithm == "fedlf":
         client_grad = "full" if client_grad is None else client_grad
         if client_grad not in CLIENT_GRADS:

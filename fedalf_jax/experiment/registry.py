@@ -79,19 +79,6 @@ def lookup(kind: str, name: str, builtin: tuple = ()) -> Any:
                         f"(docs/extending.md)")
 
 
-def known(kind: str, name: Any, builtin: tuple) -> bool:
-    """``name`` is built in, registered, or an importable ``module:attribute``."""
-    if name in builtin:
-        return True
-    if not isinstance(name, str):
-        return False
-    try:
-        lookup(kind, name, builtin)
-    except RegistryError:
-        return False
-    return True
-
-
 def version() -> int:
     return _VERSION["n"]
 
