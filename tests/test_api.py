@@ -160,6 +160,32 @@ def test_user_model_of_the_wrong_width_and_wrong_client_count_are_config_errors(
         fj.Config(algorithm="no_such_module:alg")
 
 
+def test_a_user_algorithms_privacy_statement():
+    """config.json's privacy block for a user's algorithm follows what it declares (written out by hand)."""
+    import dataclasses
+    mech = ["|δ| = |w − c| of every weight", "each tensor's centre c and radius r"]
+    n_i = "the sample count n_i, if its server uses ServerIn.weights"
+    fj.register_algorithm("declared_private", user_fedavg)
+    p = fj.Config(algorithm="declared_private", ldp="adaptive").privacy
+    assert p["guarantee"] == "holds" and p["not_covered"] == [*mech, n_i]
+    undeclared = dataclasses.replace(user_fedavg(), private_upload=False, needs_loss=True)
+    fj.register_algorithm("undeclared", undeclared)
+    p = fj.Config(algorithm="undeclared", ldp="adaptive").privacy
+    assert p["guarantee"] == "does not hold" and "private_upload=True" in p["why"]
+    assert p["not_covered"] == [*mech, "the loss l_i = f_i(θ_t)", n_i]
+
+    def needs_layers(layer_of):  # cannot be built before the model is: nothing is claimed for it
+        if layer_of is None:
+            raise ValueError("needs the model's layers")
+        return user_fedavg()
+    fj.register_algorithm("needs_layers", needs_layers)
+    p = fj.Config(algorithm="needs_layers", ldp="adaptive").privacy
+    assert p["guarantee"] == "does not hold"
+    assert p["not_covered"] == [*mech, "the loss l_i = f_i(θ_t), if its server uses it", n_i]
+    fj.register_algorithm("declared_private", undeclared)  # registered again: the new one is read
+    assert fj.Config(algorithm="declared_private", ldp="adaptive").privacy["guarantee"] == "does not hold"
+
+
 def test_resume_refuses_other_arrays_under_the_same_name(tmp_path):
     _register_bias_data("swapped")
     cfg = fj.Config(algorithm="fedavg", dataset="swapped", partition="given", model="bias", clients=3,

@@ -7,6 +7,7 @@ options are checked here too (:func:`validate_privacy`), so ``sim.privacy`` stay
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -508,11 +509,19 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
                   f"({what}); nothing composes it over rounds")
 
 
-def _declares_private_upload(name: str) -> bool:
+@functools.lru_cache(maxsize=32)
+def _user_algorithm(name: str, version: int) -> Any:
+    """A user's algorithm built without the model's layers (once per registry ``version``), or ``None``
+    when its factory needs them: ``build()`` builds and checks it then."""
     try:
-        return bool(registry.make_algorithm(name, None).private_upload)
-    except Exception:  # noqa: BLE001 - a factory that needs the model's layers: build() checks it again
-        return False
+        return registry.make_algorithm(name, None)
+    except Exception:  # noqa: BLE001 - a factory that needs the model's layers
+        return None
+
+
+def _declares_private_upload(name: str) -> bool:
+    alg = _user_algorithm(name, registry.version())
+    return alg is not None and bool(alg.private_upload)
 
 
 def privacy_not_covered(cfg: "Config") -> list[str]:
@@ -530,10 +539,7 @@ def privacy_not_covered(cfg: "Config") -> list[str]:
     if mech in ("adaptive", "ldp_fl"):
         out.append("each tensor's centre c and radius r")
     if cfg.algorithm not in ALGORITHMS:
-        try:
-            alg = registry.make_algorithm(cfg.algorithm, None)
-        except Exception:  # noqa: BLE001 - a factory that needs the model's layers
-            alg = None
+        alg = _user_algorithm(cfg.algorithm, registry.version())
         if alg is None or alg.needs_loss:
             out.append("the loss l_i = f_i(θ_t)" + ("" if alg is not None else ", if its server uses it"))
         out.append("the sample count n_i, if its server uses ServerIn.weights")
