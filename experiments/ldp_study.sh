@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Issue #15: LDP-FedALF variants at epsilon = 2, FMNIST MLP, 200 rounds (docs/results.md §5).
-# Each variant is one sweep in runs/ldp-study/<name>; `fedalf report runs/ldp-study` tabulates them.
+# Each variant is one sweep in runs/ldp-study/<name> (killed: run it again to resume); `fedalf report runs/ldp-study` tabulates them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-C="--algorithm fedalf --model mlp --ldp adaptive --epsilon 2 --rounds 200 --eval-every 10 --no-progress"
-run() { name=$1; shift; s=$(date +%s); .venv/bin/fedalf sweep $C "$@" --out "runs/ldp-study/$name" \
-          > "runs/ldp-study/$name.log" 2>&1; echo "$name rc=$? $(( $(date +%s) - s )) s" >> runs/ldp-study/times.txt; }
-mkdir -p runs/ldp-study
+. experiments/sweeps.sh  # sweep OUT NAME options: starts it, or resumes it if it exists
+C="--algorithm fedalf --model mlp --ldp adaptive --epsilon 2 --rounds 200 --eval-every 10"
+run() { name=$1; shift; sweep runs/ldp-study "$name" $C "$@"; }
 if [ "${FIVE_SEEDS:-0}" != 1 ] && [ "${FRONTIER:-0}" != 1 ] && [ "${PAPER:-0}" != 1 ] && [ "${TAU:-0}" != 1 ]; then  # the 2-3 seed study (FIVE_SEEDS=1, FRONTIER=1, PAPER=1, TAU=1: only the runs below)
 # the default: noise on the update, denoised length, model upload (dual on the client)
 run B_update_denoised_model --partition pat1 pat2 --server-lr 0.5 1.0 --seeds 0 1 2

@@ -8,18 +8,9 @@
 # Tables: `.venv/bin/fedalf report runs/seed-cnn --out runs/seed-cnn-report`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=runs/seed-cnn
-C="--model cnn --rounds ${ROUNDS:-200} --eval-every 10 --checkpoint-every 20 --no-progress"
-mkdir -p "$OUT"
-run() {
-  name=$1; shift; s=$(date +%s)
-  if [ -f "$OUT/$name/sweep.json" ]; then
-    .venv/bin/fedalf sweep --resume --out "$OUT/$name" --no-progress >> "$OUT/$name.log" 2>&1
-  else
-    .venv/bin/fedalf sweep $C "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
-  fi
-  echo "$name rc=$? $(( $(date +%s) - s )) s" >> "$OUT/times.txt"
-}
+. experiments/sweeps.sh  # sweep OUT NAME options: starts it, or resumes it if it exists
+C="--model cnn --rounds ${ROUNDS:-200} --eval-every 10 --checkpoint-every 20"
+run() { name=$1; shift; sweep runs/seed-cnn "$name" $C "$@"; }
 # one seed of each, pat1 first
 run fedalf_pat1 --algorithm fedalf --partition pat1 --lr 0.05 --seeds 0
 run fedavg_pat1 --algorithm fedavg --partition pat1 --lr 0.1 --seeds 0

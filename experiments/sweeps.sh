@@ -1,0 +1,22 @@
+# Sourced by the experiment scripts (seed_mlp500.sh, seed_cnn.sh, ablation.sh, ldp_study.sh, central_dp.sh).
+#
+#   sweep OUT NAME [fedalf sweep options...]
+#
+# starts the sweep OUT/NAME with the given options, or, when OUT/NAME/sweep.json exists, resumes it from its
+# last checkpoint (a finished sweep returns at once; the options are then those saved in sweep.json). Its
+# output goes to OUT/NAME.log; a line "NAME rc=<exit status> <wall seconds> s" to OUT/times.txt. So a script
+# of sweep calls can be killed at any time and run again to go on where it stopped.
+sweep() {
+  local out=$1 name=$2 s rc
+  shift 2
+  s=$(date +%s)
+  mkdir -p "$out"
+  if [ -f "$out/$name/sweep.json" ]; then
+    .venv/bin/fedalf sweep --resume --out "$out/$name" --no-progress >> "$out/$name.log" 2>&1
+  else
+    .venv/bin/fedalf sweep "$@" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1
+  fi
+  rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - s )) s" >> "$out/times.txt"
+  return $rc
+}
