@@ -3,29 +3,21 @@
 # ρ, MLP, both partitions, lr 0.05, η_g 0.5 (FedALF's non-private default), 200 rounds, seeds 0-2.
 # One sweep per partition in runs/ablation/<partition>; kill and rerun to resume. When both are done it
 # copies each run's small files (config.json, metrics.csv, summary.json; no checkpoints) to
-# docs/ablation-runs/, from which `fedalf report docs/ablation-runs --out <dir>` regenerates the table.
+# docs/ablation-runs/<partition>/, from which `fedalf report docs/ablation-runs --out <dir>` regenerates the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=runs/ablation
+. experiments/sweeps.sh  # sweep OUT NAME options: starts it, or resumes it if it exists
 C="--algorithm fedalf --server-target increment augmented model --history on off --rho 0.01 0.1 1
-   --model mlp --lr 0.05 --seeds 0 1 2 --rounds 200 --eval-every 10 --checkpoint-every 50 --no-progress"
-mkdir -p "$OUT"
+   --model mlp --lr 0.05 --seeds 0 1 2 --rounds 200 --eval-every 10 --checkpoint-every 50"
 ok=1
 for part in ${PARTS:-pat1 pat2}; do
-  s=$(date +%s)
-  if [ -f "$OUT/$part/sweep.json" ]; then
-    .venv/bin/fedalf sweep --resume --out "$OUT/$part" --no-progress >> "$OUT/$part.log" 2>&1
-  else
-    .venv/bin/fedalf sweep $C --partition "$part" --out "$OUT/$part" > "$OUT/$part.log" 2>&1
-  fi
-  rc=$?; [ $rc = 0 ] || ok=0
-  echo "$part rc=$rc $(( $(date +%s) - s )) s" >> "$OUT/times.txt"
+  sweep runs/ablation "$part" $C --partition "$part" || ok=0
 done
 [ $ok = 1 ] || exit 1
 for part in pat1 pat2; do
-  [ -f "$OUT/$part/sweep.json" ] || continue
-  for d in "$OUT/$part"/*/; do
-    n=$(basename "$d"); mkdir -p "docs/ablation-runs/$n"
+  [ -f "runs/ablation/$part/sweep.json" ] || continue
+  for d in "runs/ablation/$part"/*/; do
+    n=$part/$(basename "$d"); mkdir -p "docs/ablation-runs/$n"
     cp "$d/config.json" "$d/metrics.csv" "$d/summary.json" "docs/ablation-runs/$n/"
   done
 done

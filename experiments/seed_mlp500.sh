@@ -6,21 +6,12 @@
 # defaults (noise on the update, denoised length, model upload, η_g 1; docs/results.md §5), at FedALF's η.
 # Each sweep is runs/seed-mlp500/<name> (both partitions × seeds 0-4); kill it whenever and run it
 # again: a finished sweep is skipped, a killed one resumes from its last checkpoint. Wall time per sweep:
-# runs/seed-mlp500/times.txt. Tables: `.venv/bin/fedalf report runs/seed-mlp500 --out <dir>`.
+# runs/seed-mlp500/times.txt. Tables (docs/results.md §2): `.venv/bin/fedalf report runs/seed-mlp500 --out docs/report-example`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=runs/seed-mlp500
-C="--model mlp --partition pat1 pat2 --seeds 0 1 2 3 4 --rounds 500 --eval-every 10 --checkpoint-every 50 --no-progress"
-mkdir -p "$OUT"
-run() {
-  name=$1; shift; s=$(date +%s)
-  if [ -f "$OUT/$name/sweep.json" ]; then
-    .venv/bin/fedalf sweep --resume --out "$OUT/$name" --no-progress >> "$OUT/$name.log" 2>&1
-  else
-    .venv/bin/fedalf sweep $C "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
-  fi
-  echo "$name rc=$? $(( $(date +%s) - s )) s" >> "$OUT/times.txt"
-}
+. experiments/sweeps.sh  # sweep OUT NAME options: starts it, or resumes it if it exists
+C="--model mlp --partition pat1 pat2 --seeds 0 1 2 3 4 --rounds 500 --eval-every 10 --checkpoint-every 50"
+run() { name=$1; shift; sweep runs/seed-mlp500 "$name" $C "$@"; }
 run fedalf --algorithm fedalf --lr 0.05
 run fedavg --algorithm fedavg --lr 0.1
 run ldp-fedalf --algorithm fedalf --ldp adaptive --epsilon 2 --lr 0.05
