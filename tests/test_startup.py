@@ -123,6 +123,34 @@ def test_second_run_loads_its_programs_from_the_cache(two_runs):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+_PROGRAM = """
+import sys, jax, jax.numpy as jnp
+from pathlib import Path
+from fedalf_jax.experiment.cache import configure
+configure(Path(sys.argv[1]))
+x = jnp.arange(1000, dtype=jnp.float32)
+print(float(jax.jit(lambda x: jnp.sum(jnp.sin(x) * x))(x)))
+"""
+
+
+def test_an_entry_cut_short_is_compiled_again_never_trusted(tmp_path):
+    # what a reader meets while a concurrent --shard slice writes the entry, or what a killed writer leaves
+    def once():
+        p = subprocess.run([sys.executable, "-c", _PROGRAM, str(tmp_path / "c")], cwd=REPO, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        assert p.returncode == 0, p.stderr[-3000:]
+        return float(p.stdout), p.stderr
+    want = float(np.sum(np.sin(np.arange(1000, dtype=np.float64)) * np.arange(1000)))  # float64, independently
+    first, _ = once()
+    entries = [e for e in (tmp_path / "c").iterdir() if e.name.endswith("-cache")]
+    assert entries
+    for e in entries:
+        e.write_bytes(e.read_bytes()[: e.stat().st_size // 2])
+    second, err = once()
+    assert "Error reading persistent compilation cache entry" in err, err[-3000:]
+    assert second == first and abs(first - want) <= 1e-3 * abs(want)
+
+
 # -- the progress bar while it compiles and evaluates
 
 def test_progress_says_compiling_evaluating_and_which_rounds(two_runs):

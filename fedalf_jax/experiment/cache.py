@@ -13,7 +13,13 @@ folder (:func:`cache_dir`), first match wins:
 
 JAX keys every entry on the program, the JAX version, the backend and the compile options, so a stale
 entry is never used; an entry that cannot be loaded (another machine's CPU) is compiled again. The
-folder only grows: remove it to reclaim the space. JAX does not persist a program that calls back into
+folder only grows: remove it to reclaim the space. JAX writes an entry in place, without a lock: a
+process that reads it while another (a concurrent ``--shard`` slice) writes it gets it cut short, which
+JAX rejects with a warning ("Error reading persistent compilation cache entry") and compiles again, so
+results never depend on it; an entry left cut short by a killed process draws that warning, and a
+compile, every time: remove the folder. (JAX's locking comes with its LRU cap,
+``jax_compilation_cache_max_size``, which needs ``filelock`` and fails on folders written without it.)
+JAX does not persist a program that calls back into
 Python (``jax.debug.callback``): the run loop's programs have no callbacks (the progress bar moves
 after each chunk, see :mod:`.progress`).
 """
