@@ -4,7 +4,8 @@
 # FedALF 0.05; LDP-FedALF at FedALF's lr with the private defaults, epsilon 2).
 # The sweeps run in order of what the tables need most; each is a folder runs/seed-cnn/<name>. Kill it
 # whenever CPU time runs out and run it again: a finished sweep is skipped, a killed one resumes from its
-# last checkpoint (`fedalf sweep --resume`). Wall time per sweep: runs/seed-cnn/times.txt.
+# last checkpoint (`fedalf sweep --resume`). `ROUNDS=N bash experiments/seed_cnn.sh` (N > 200) extends each
+# sweep it reaches to N rounds. Wall time per sweep: runs/seed-cnn/times.txt.
 # Tables: `.venv/bin/fedalf report runs/seed-cnn --out runs/seed-cnn-report`.
 set -uo pipefail
 cd "$(dirname "$0")/.."

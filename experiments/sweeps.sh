@@ -3,16 +3,19 @@
 #   sweep OUT NAME [fedalf sweep options...]
 #
 # starts the sweep OUT/NAME with the given options, or, when OUT/NAME/sweep.json exists, resumes it from its
-# last checkpoint (a finished sweep returns at once; the options are then those saved in sweep.json). Its
-# output goes to OUT/NAME.log; a line "NAME rc=<exit status> <wall seconds> s" to OUT/times.txt. So a script
-# of sweep calls can be killed at any time and run again to go on where it stopped.
+# last checkpoint (a finished sweep returns at once). On resume the options are those saved in sweep.json,
+# except --rounds: a larger value than the sweep's extends its runs (`fedalf sweep --resume --rounds N`), a
+# smaller one is refused (exit status 2, said in the log). Its output goes to OUT/NAME.log; a line
+# "NAME rc=<exit status> <wall seconds> s" to OUT/times.txt. So a script of sweep calls can be killed at any
+# time and run again to go on where it stopped.
 sweep() {
-  local out=$1 name=$2 s rc
+  local out=$1 name=$2 s rc prev= a rounds=()
   shift 2
   s=$(date +%s)
   mkdir -p "$out"
   if [ -f "$out/$name/sweep.json" ]; then
-    .venv/bin/fedalf sweep --resume --out "$out/$name" --no-progress >> "$out/$name.log" 2>&1
+    for a in "$@"; do [ "$prev" = --rounds ] && rounds=(--rounds "$a"); prev=$a; done
+    .venv/bin/fedalf sweep --resume --out "$out/$name" "${rounds[@]}" --no-progress >> "$out/$name.log" 2>&1
   else
     .venv/bin/fedalf sweep "$@" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1
   fi
