@@ -6,7 +6,7 @@
 # whenever CPU time runs out and run it again: a finished sweep is skipped, a killed one resumes from its
 # last checkpoint (`fedalf sweep --resume`). `ROUNDS=N bash experiments/seed_cnn.sh` (N > 200) extends each
 # sweep it reaches to N rounds. Wall time per sweep: runs/seed-cnn/times.txt.
-# Tables: `.venv/bin/fedalf report runs/seed-cnn --out runs/seed-cnn-report`.
+# Tables and curves (docs/results.md §7): `.venv/bin/fedalf report runs/seed-cnn --out docs/cnn-report`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . experiments/sweeps.sh  # sweep OUT NAME options: starts it, or resumes it if it exists

@@ -19,9 +19,8 @@ JAX rejects with a warning ("Error reading persistent compilation cache entry") 
 results never depend on it; an entry left cut short by a killed process draws that warning, and a
 compile, every time: remove the folder. (JAX's locking comes with its LRU cap,
 ``jax_compilation_cache_max_size``, which needs ``filelock`` and fails on folders written without it.)
-JAX does not persist a program that calls back into
-Python (``jax.debug.callback``): the run loop's programs have no callbacks (the progress bar moves
-after each chunk, see :mod:`.progress`).
+JAX does not persist a program that calls back into Python (``jax.debug.callback``): the run loop's
+programs have no callbacks (the progress bar moves after each chunk, see :mod:`.progress`).
 """
 
 from __future__ import annotations
