@@ -44,11 +44,11 @@ def _fmt(r, k):
 
 
 def test_the_kept_runs_are_the_whole_grid():
-    names = {p.name for part in ("pat1", "pat2") for p in (RUNS / part).iterdir()}
     want = {f"fedalf_rho{r}_history-{h}_server_target-{t}_seed{s}" for r in ("0.01", "0.1", "1")
             for h in ("on", "off") for t in ("increment", "augmented", "model") for s in (0, 1, 2)}
-    assert names == want  # 3 × 2 × 3 × 3 = 54 per partition
+    assert len(want) == 54  # 3 × 2 × 3 × 3 per partition
     for part in ("pat1", "pat2"):
+        assert {d.name for d in (RUNS / part).iterdir()} == want, part
         for d in (RUNS / part).iterdir():
             assert sorted(p.name for p in d.iterdir()) == ["config.json", "metrics.csv", "summary.json"], d
 
