@@ -15,9 +15,5 @@ for part in ${PARTS:-pat1 pat2}; do
 done
 [ $ok = 1 ] || exit 1
 for part in pat1 pat2; do
-  [ -f "runs/ablation/$part/sweep.json" ] || continue
-  for d in "runs/ablation/$part"/*/; do
-    n=$part/$(basename "$d"); mkdir -p "docs/ablation-runs/$n"
-    cp "$d/config.json" "$d/metrics.csv" "$d/summary.json" "docs/ablation-runs/$n/"
-  done
+  [ -f "runs/ablation/$part/sweep.json" ] && keep runs/ablation "$part" docs/ablation-runs
 done

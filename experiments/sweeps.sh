@@ -1,4 +1,5 @@
-# Sourced by the experiment scripts (seed_mlp500.sh, seed_cnn.sh, ablation.sh, ldp_study.sh, central_dp.sh).
+# Sourced by the experiment scripts (seed_mlp500.sh, seed_cnn.sh, ablation.sh, ldp_study.sh, central_dp.sh):
+# two functions, `sweep` and `keep`.
 #
 #   sweep OUT NAME [fedalf sweep options...]
 #
@@ -22,4 +23,16 @@ sweep() {
   rc=$?
   echo "$name rc=$rc $(( $(date +%s) - s )) s" >> "$out/times.txt"
   return $rc
+}
+
+#   keep OUT NAME DEST
+#
+# copies the small files of each run of the sweep OUT/NAME (config.json, metrics.csv, summary.json; no
+# checkpoints) to DEST/NAME/<run>/, where `fedalf report DEST` regenerates its tables and figures.
+keep() {
+  local out=$1 name=$2 dest=$3 d
+  for d in "$out/$name"/*/; do
+    mkdir -p "$dest/$name/$(basename "$d")"
+    cp "$d/config.json" "$d/metrics.csv" "$d/summary.json" "$dest/$name/$(basename "$d")/"
+  done
 }
