@@ -1,7 +1,9 @@
-"""docs/results.md §1's ablation table is what its kept runs say: ``fedalf report docs/ablation-runs``
-regenerates every cell, and the default's cell matches the runs' metrics.csv read by hand."""
+"""docs/results.md's kept tables are what their kept runs say: ``fedalf report docs/ablation-runs`` regenerates
+every cell of §1's ablation table and ``fedalf report docs/cnn-runs`` every accuracy cell of §7's CNN table,
+and one cell of each matches its runs' metrics.csv read by hand."""
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -70,6 +72,93 @@ def test_the_defaults_cell_read_by_hand(rows):
         final.append(got[-1][1])
         last5.append(np.mean([acc for _, acc in got[-5:]]))  # rounds 160-200
     r = rows[("increment", True, "0.01"), "pat1"]
+    assert r["final_acc_mean"] == pytest.approx(np.mean(final), abs=1e-12)
+    assert r["final_acc_std"] == pytest.approx(np.std(final, ddof=1), abs=1e-12)
+    assert r["lastK_acc_mean"] == pytest.approx(np.mean(last5), abs=1e-12)
+
+
+# ---- The CNN, 200 rounds: docs/results.md §7's table and docs/cnn-runs ---------------------------------
+
+CNN = REPO / "docs" / "cnn-runs"
+CNN_SWEEPS = {  # sweep name (experiments/seed_cnn.sh) -> its one run: 4 methods × 2 partitions × seeds 0, 1
+    f"{m}_{p}{s}": r for m, r in (("fedavg", "fedavg"), ("fedlf-local", "fedlf"), ("fedalf", "fedalf"),
+                                  ("ldp-fedalf", "fedalf")) for p in ("pat1", "pat2") for s in ("", ".s1")
+}
+CNN_ROWS = {"FedAvg (η 0.1)": "FedAvg", "FedLF, local SGD (η 0.1)": "FedLF", "FedALF (η 0.05)": "FedALF",
+            "LDP-FedALF, ε 2 (η 0.05)": "LDP-FedALF"}
+
+
+def _cnn_doc_table() -> dict:
+    """Row label -> the four accuracy cells of §7's 200-round table, as written."""
+    text = (REPO / "docs" / "results.md").read_text()
+    section = text[text.index("\n## 7."):text.index("\n## 8.")]
+    table = {}
+    for line in section.splitlines():
+        cells = [c.strip().strip("*").strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] in CNN_ROWS:
+            table[cells[0]] = cells[1:5]
+    return table
+
+
+def _cell(r, k):
+    if r[k + "_acc_std"] is None:  # one seed: the mean alone
+        return f"{r[k + '_acc_mean']:.3f} ({r[k + '_angle_mean']:.1f}°)"
+    return _fmt(r, k)
+
+
+@pytest.fixture(scope="module")
+def cnn_rows(tmp_path_factory):
+    out = report([str(CNN)], str(tmp_path_factory.mktemp("cnn")))
+    assert out["skipped"] == {"diverged": ["fedlf"]}, out["skipped"]  # FedLF-local's seed 1 on pat2, below
+    rows = {(r["algorithm"], r["partition"]): r for r in out["rows"]}
+    one = report([str(CNN / "fedlf-local_pat2")], str(tmp_path_factory.mktemp("seed0")))
+    rows["FedLF", "pat2", "seed 0"] = one["rows"][0]
+    return rows
+
+
+def test_the_kept_cnn_runs_are_the_whole_study():
+    assert len(CNN_SWEEPS) == 16
+    assert {d.name for d in CNN.iterdir()} == set(CNN_SWEEPS)
+    for sweep, run in CNN_SWEEPS.items():
+        assert [d.name for d in (CNN / sweep).iterdir()] == [run], sweep
+        assert sorted(p.name for p in (CNN / sweep / run).iterdir()) == ["config.json", "metrics.csv",
+                                                                          "summary.json"], sweep
+
+
+def test_the_report_regenerates_the_cnn_table(cnn_rows):
+    doc = _cnn_doc_table()
+    assert set(doc) == set(CNN_ROWS) and len(cnn_rows) == 8  # 7 cells, FedLF-local's pat2 seed 0 alone
+    assert ("FedLF", "pat2") not in cnn_rows  # a diverged seed leaves the cell empty
+    for label, cells in doc.items():
+        a = cnn_rows[CNN_ROWS[label], "pat1"]
+        if CNN_ROWS[label] == "FedLF":
+            b = cnn_rows["FedLF", "pat2", "seed 0"]
+            want = [f"seed 1 diverged (round 70); seed 0: {_cell(b, 'final')}", f"seed 0: {_cell(b, 'lastK')}"]
+        else:
+            b = cnn_rows[CNN_ROWS[label], "pat2"]
+            want = [_cell(b, "final"), _cell(b, "lastK")]
+        assert cells == [_cell(a, "final"), _cell(a, "lastK"), *want], label
+
+
+def test_the_one_diverged_cnn_run_is_fedlf_local_pat2_seed_1():
+    status = {s: json.loads((CNN / s / r / "summary.json").read_text())["status"] for s, r in CNN_SWEEPS.items()}
+    assert {s for s, v in status.items() if v != "done"} == {"fedlf-local_pat2.s1"}
+    assert status["fedlf-local_pat2.s1"] == "diverged"
+    with open(CNN / "fedlf-local_pat2.s1" / "fedlf" / "metrics.csv") as f:
+        got = [(int(r["round"]), float(r["test_loss"])) for r in csv.DictReader(f)]
+    assert [r for r, loss in got if not np.isfinite(loss)][0] == 70  # "seed 1 diverged (round 70)"
+
+
+def test_cnn_fedalf_pat1_read_by_hand(cnn_rows):
+    final, last5 = [], []
+    for sweep in ("fedalf_pat1", "fedalf_pat1.s1"):
+        with open(CNN / sweep / "fedalf" / "metrics.csv") as f:
+            got = [(int(r["round"]), float(r["mean_acc"])) for r in csv.DictReader(f)]
+        assert [g[0] for g in got] == list(range(0, 201, 10))
+        final.append(got[-1][1])
+        last5.append(np.mean([acc for _, acc in got[-5:]]))
+    r = cnn_rows["FedALF", "pat1"]
+    assert r["seeds"] == 2
     assert r["final_acc_mean"] == pytest.approx(np.mean(final), abs=1e-12)
     assert r["final_acc_std"] == pytest.approx(np.std(final, ddof=1), abs=1e-12)
     assert r["lastK_acc_mean"] == pytest.approx(np.mean(last5), abs=1e-12)
