@@ -15,5 +15,5 @@ for part in ${PARTS:-pat1 pat2}; do
 done
 [ $ok = 1 ] || exit 1
 for part in pat1 pat2; do
-  [ -f "runs/ablation/$part/sweep.json" ] && keep runs/ablation "$part" docs/ablation-runs
+  if [ -f "runs/ablation/$part/sweep.json" ]; then keep runs/ablation "$part" docs/ablation-runs; fi
 done
