@@ -30,9 +30,9 @@ sweep() {
 # copies the small files of each run of the sweep OUT/NAME (config.json, metrics.csv, summary.json; no
 # checkpoints) to DEST/NAME/<run>/, where `fedalf report DEST` regenerates its tables and figures.
 keep() {
-  local out=$1 name=$2 dest=$3 d
+  local out=$1 name=$2 dest=$3 d to
   for d in "$out/$name"/*/; do
-    mkdir -p "$dest/$name/$(basename "$d")"
-    cp "$d/config.json" "$d/metrics.csv" "$d/summary.json" "$dest/$name/$(basename "$d")/"
+    to=$dest/$name/$(basename "$d")
+    mkdir -p "$to" && cp "$d/config.json" "$d/metrics.csv" "$d/summary.json" "$to/"
   done
 }

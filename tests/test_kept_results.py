@@ -63,18 +63,24 @@ def test_the_report_regenerates_every_cell_of_the_table(rows):
         assert cells == [_fmt(a, "final"), _fmt(a, "lastK"), _fmt(b, "final"), _fmt(b, "lastK")], key
 
 
-def test_the_defaults_cell_read_by_hand(rows):
+def _check_read_by_hand(row, run_dirs):
+    """The report's row agrees with the runs' metrics.csv read with csv and numpy alone."""
     final, last5 = [], []
-    for s in range(3):
-        with open(RUNS / "pat1" / f"fedalf_rho0.01_history-on_server_target-increment_seed{s}" / "metrics.csv") as f:
+    for d in run_dirs:
+        with open(d / "metrics.csv") as f:
             got = [(int(r["round"]), float(r["mean_acc"])) for r in csv.DictReader(f)]
         assert [g[0] for g in got] == list(range(0, 201, 10))  # every 10 rounds, round 0 to 200
         final.append(got[-1][1])
         last5.append(np.mean([acc for _, acc in got[-5:]]))  # rounds 160-200
-    r = rows[("increment", True, "0.01"), "pat1"]
-    assert r["final_acc_mean"] == pytest.approx(np.mean(final), abs=1e-12)
-    assert r["final_acc_std"] == pytest.approx(np.std(final, ddof=1), abs=1e-12)
-    assert r["lastK_acc_mean"] == pytest.approx(np.mean(last5), abs=1e-12)
+    assert row["seeds"] == len(run_dirs)
+    assert row["final_acc_mean"] == pytest.approx(np.mean(final), abs=1e-12)
+    assert row["final_acc_std"] == pytest.approx(np.std(final, ddof=1), abs=1e-12)
+    assert row["lastK_acc_mean"] == pytest.approx(np.mean(last5), abs=1e-12)
+
+
+def test_the_defaults_cell_read_by_hand(rows):
+    runs = [RUNS / "pat1" / f"fedalf_rho0.01_history-on_server_target-increment_seed{s}" for s in range(3)]
+    _check_read_by_hand(rows[("increment", True, "0.01"), "pat1"], runs)
 
 
 # ---- The CNN, 200 rounds: docs/results.md §7's table and docs/cnn-runs ---------------------------------
@@ -150,15 +156,4 @@ def test_the_one_diverged_cnn_run_is_fedlf_local_pat2_seed_1():
 
 
 def test_cnn_fedalf_pat1_read_by_hand(cnn_rows):
-    final, last5 = [], []
-    for sweep in ("fedalf_pat1", "fedalf_pat1.s1"):
-        with open(CNN / sweep / "fedalf" / "metrics.csv") as f:
-            got = [(int(r["round"]), float(r["mean_acc"])) for r in csv.DictReader(f)]
-        assert [g[0] for g in got] == list(range(0, 201, 10))
-        final.append(got[-1][1])
-        last5.append(np.mean([acc for _, acc in got[-5:]]))
-    r = cnn_rows["FedALF", "pat1"]
-    assert r["seeds"] == 2
-    assert r["final_acc_mean"] == pytest.approx(np.mean(final), abs=1e-12)
-    assert r["final_acc_std"] == pytest.approx(np.std(final, ddof=1), abs=1e-12)
-    assert r["lastK_acc_mean"] == pytest.approx(np.mean(last5), abs=1e-12)
+    _check_read_by_hand(cnn_rows["FedALF", "pat1"], [CNN / s / "fedalf" for s in ("fedalf_pat1", "fedalf_pat1.s1")])
