@@ -12,6 +12,11 @@ The API (``import fedalf_jax as fj``; README "Python API", docs/extending.md):
   mechanisms ``fj.adaptive_ldp``, ``fj.ldp_fl``, ``fj.gaussian_dp``.
 """
 
+from .interrupt import INTERRUPT as _INTERRUPT, started_as_command as _started_as_command
+
+if _started_as_command():  # the fedalf command: Ctrl-C and SIGTERM are kept from before JAX loads (interrupt.py)
+    _INTERRUPT.install_for_command()
+
 from .api import Result, SweepResult, load, report, run, sweep
 from .experiment.config import Config, ConfigError
 from .experiment.metrics import fairness_angle, summarize

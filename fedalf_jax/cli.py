@@ -10,6 +10,9 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
+import shutil
+import signal
 import sys
 import time
 import typing
@@ -18,6 +21,8 @@ from pathlib import Path
 
 from .experiment import config as C
 from .experiment.config import CONTINUOUS, Config, ConfigError
+from .interrupt import INTERRUPT, Interrupted, signal_name
+from .notices import shown as shown_notices
 
 # flag -> choices, for the string options
 _CHOICES = {
@@ -445,45 +450,81 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"fedalf: warning: {message}", file=sys.stderr if file is None else file)
 
 
+def invoked() -> str:
+    """The command as this process was started, to paste into the same shell: ``fedalf`` when that name
+    finds this very script, else its path as given (``.venv/bin/fedalf``), or ``PYTHON -m fedalf_jax.cli``."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(main_spec, "name", None) == "fedalf_jax.cli":
+        return f"{shlex.quote(_shortest(sys.executable))} -m fedalf_jax.cli"
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) in ("fedalf", "fedalf.exe"):
+        return shlex.quote(_shortest(argv0))
+    return "fedalf"
+
+
+def _shortest(path: str) -> str:
+    """``path``'s file name when the shell's PATH finds this same file by it, else ``path``."""
+    found = shutil.which(os.path.basename(path))
+    try:
+        return os.path.basename(path) if found and os.path.samefile(found, path) else path
+    except OSError:
+        return path
+
+
 def main(argv=None) -> int:
+    # Ctrl-C, SIGTERM, SIGHUP, SIGUSR1 (fedalf_jax/interrupt.py); the integrity notices whatever PYTHONWARNINGS says
+    with INTERRUPT.command(), shown_notices():
+        return _main(argv)
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _one_line_warning
-    if hasattr(args, "no_compile_cache"):  # run, sweep, bench: before anything compiles
-        from .experiment.cache import cache_dir, configure
-        configure(cache_dir(disabled=args.no_compile_cache))
-    from .problem.data import DataError
-    from .problem.models import ModelError
-    from .problem.partitions import PartitionError
-    from .experiment.loop import INTERRUPT, Interrupted
-    user_errors = (ConfigError, DataError, PartitionError, ModelError, FloatingPointError)
-    commands = {"run": _cmd_run, "sweep": _cmd_sweep, "report": _cmd_report, "bench": _cmd_bench}
-    INTERRUPT.hard_exit = True  # a second Ctrl-C leaves at once (no teardown under a running computation)
     try:
-        return commands[args.command](args)
+        if INTERRUPT.requested:  # a signal while the command's modules loaded: nothing started yet
+            print(f"fedalf {args.command}: interrupted by {signal_name(INTERRUPT.signum)} before it started: nothing "
+                  f"was written", file=sys.stderr)
+            return INTERRUPT.exit_status
+        return _dispatch(args)
     except Interrupted as e:
-        again = (f"fedalf sweep --resume --out {args.out}" if args.command == "sweep"
-                 else f"fedalf run --resume --out {e.dirs[0]}" if e.dirs else None)
+        cmd, by = invoked(), ("" if e.signum == signal.SIGINT else f" by {signal_name(e.signum)}")
+        again = (f"{cmd} sweep --resume --out {shlex.quote(str(args.out))}" if args.command == "sweep"
+                 else f"{cmd} run --resume --out {shlex.quote(str(e.dirs[0]))}" if e.dirs else None)
         if args.command == "sweep":
             kept = f"every finished round of its runs is saved; continue with: {again}"
-            print(f"fedalf sweep: interrupted: {kept}", file=sys.stderr)
-            return 130
+            print(f"fedalf sweep: interrupted{by}: {kept}", file=sys.stderr)
+            return e.exit_status
         if again is None:
             kept = "nothing was saved (no --out)"
         elif e.saved:
             kept = f"the metrics and a checkpoint of round {e.round} are saved; continue with: {again}"
         else:
             kept = f"no new round had finished; continue with: {again}"
-        print(f"fedalf {args.command}: interrupted after round {e.round}: {kept}", file=sys.stderr)
-        return 130
+        print(f"fedalf {args.command}: interrupted{by} after round {e.round}: {kept}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        by = "" if INTERRUPT.signum in (None, signal.SIGINT) else f" by {signal_name(INTERRUPT.signum)}"
+        print(f"fedalf {args.command}: interrupted{by}", file=sys.stderr)
+        return INTERRUPT.exit_status
+
+
+def _dispatch(args) -> int:
+    if hasattr(args, "no_compile_cache"):  # run, sweep, bench: before anything compiles
+        from .experiment.cache import cache_dir, configure
+        configure(cache_dir(disabled=args.no_compile_cache))
+    from .problem.data import DataError
+    from .problem.models import ModelError
+    from .problem.partitions import PartitionError
+    user_errors = (ConfigError, DataError, PartitionError, ModelError, FloatingPointError)
+    commands = {"run": _cmd_run, "sweep": _cmd_sweep, "report": _cmd_report, "bench": _cmd_bench}
+    try:
+        return commands[args.command](args)
     except user_errors as e:
         if os.environ.get("FEDALF_DEBUG"):
             raise
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"fedalf {args.command}: error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("fedalf: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

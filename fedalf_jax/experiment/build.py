@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..notices import Notice
 from ..problem.data import load_dataset
 from ..problem.models import Model, make_model
 from ..problem.partitions import make_partition, pad_indices
@@ -211,7 +212,7 @@ def warn_privacy(cfg: Config) -> None:
     cfg.check_privacy()  # warns (once) where a guarantee is only nominal
     if cfg.privacy and cfg.privacy["guarantee"] != "holds":
         warnings.warn(f"the privacy guarantee does not hold for this run: {cfg.privacy['why']} (docs/privacy.md)",
-                      UserWarning, stacklevel=2)
+                      Notice, stacklevel=2)
 
 
 def pad_rows(idx: np.ndarray, length: int) -> np.ndarray:

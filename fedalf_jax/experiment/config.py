@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..notices import Notice
 from ..sim.algorithms import DUAL_FROM, FACTORIES, FAIR_NORMS, SERVER_TARGETS
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, NEIGHBOURING, gaussian_epsilon
 from . import registry
@@ -665,7 +666,7 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
                          f"set a positive privacy budget, e.g. epsilon=2")
     if ldp == "adaptive" and np.any(eps >= ADAPTIVE_EXACT_EPSILON):
         warnings.warn(f"ldp='adaptive' with epsilon={float(np.max(eps)):g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 "
-                      f"the flip probability rounds to 0 and the upload is the exact model", UserWarning, stacklevel=2)
+                      f"the flip probability rounds to 0 and the upload is the exact model", Notice, stacklevel=2)
     if dp in ("gaussian", "central"):
         d = _as_array("delta", delta, f"set delta in (0, 1) for dp={dp!r}, e.g. delta=1e-5")
         if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(d < 1)):
@@ -682,6 +683,6 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
                 warnings.warn(
                     f"dp='gaussian' with epsilon={float(e):g}: the classic calibration sigma = clip*sqrt(2 ln(1.25/delta))"
                     f"/epsilon gives only epsilon={exact:.3g} at delta={float(dl):g} (exact accounting); use a smaller "
-                    f"epsilon (see docs/privacy.md)", UserWarning, stacklevel=2)
+                    f"epsilon (see docs/privacy.md)", Notice, stacklevel=2)
                 break
 

@@ -7,20 +7,18 @@ program. Round ``t`` draws its randomness from ``fold_in(run_key, t)``, so a run
 its ``config.json`` and resumable from any checkpoint with identical metrics. Checkpoints are written
 by a background thread, so they never hold up the rounds.
 
-Nothing computed is lost silently: Ctrl-C (SIGINT) lets the chunk in flight finish, then writes the
-metrics and a checkpoint of that round and raises :class:`Interrupted` (a second Ctrl-C leaves at
-once: everything on disk stays consistent, being written atomically); the first write that fails
+Nothing computed is lost silently: Ctrl-C (SIGINT), SIGTERM, SIGHUP or SIGUSR1 lets the chunk in flight
+finish, then writes the metrics and a checkpoint of that round and raises :class:`Interrupted` carrying
+the signal (a second signal leaves at once: everything on disk stays consistent, being written
+atomically; :mod:`fedalf_jax.interrupt`); the first write that fails
 (a full disk, a folder made read-only) stops the run with :class:`RunStopped`, naming what is kept.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -32,6 +30,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ..interrupt import INTERRUPT, Interrupted  # noqa: F401 - Interrupted: raised here, imported from here
 from ..sim.round import RunState, device_mesh, init_state
 from ..sim.train import make_chunk, train_losses
 from . import accounting
@@ -184,61 +183,8 @@ def _named(mesh, specs):
     return jax.tree_util.tree_map(lambda sp: NamedSharding(mesh, sp), specs, is_leaf=lambda x: isinstance(x, P))
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C ended the run loop after saving: ``round`` is the last completed round, checkpointed in
-    each of ``dirs``."""
-
-    def __init__(self, round: int, dirs: list, saved: bool = True):
-        super().__init__(f"interrupted at round {round}")
-        self.round, self.dirs, self.saved = round, dirs, saved  # saved: a checkpoint of ``round`` was written
-
-
 class RunStopped(ConfigError):
     """A write failed: the loop stopped at once (``message`` says what was kept and how to resume)."""
-
-
-class _Interrupt:
-    """SIGINT while a run loop is active: the first sets :attr:`requested` (the loop saves after the chunk
-    in flight), the second leaves now: ``os._exit(130)`` when :attr:`hard_exit` (the command line: no
-    interpreter teardown under a running XLA computation), else ``KeyboardInterrupt``."""
-
-    def __init__(self):
-        self.requested = False
-        self.hard_exit = False
-        self.until: Optional[int] = None  # the round the computation in flight ends at
-        self._depth = 0
-        self._previous = None
-
-    @contextlib.contextmanager
-    def active(self):
-        main = threading.current_thread() is threading.main_thread()
-        if main and self._depth == 0:
-            self.requested = False
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        self._depth += main
-        try:
-            yield self
-        finally:
-            self._depth -= main
-            if main and self._depth == 0:
-                signal.signal(signal.SIGINT, self._previous)
-                self.requested, self.until = False, None
-
-    def _handle(self, signum, frame):
-        if not self.requested:
-            self.requested = True
-            to = f" (up to round {self.until})" if self.until is not None else ""
-            print(f"\nfedalf: Ctrl-C: finishing the rounds in flight{to}, then saving the metrics and a checkpoint "
-                  f"(Ctrl-C again to leave now, losing the rounds since the last checkpoint)", file=sys.stderr, flush=True)
-            return
-        print("\nfedalf: Ctrl-C again: leaving now; the files on disk are intact (resume with --resume)",
-              file=sys.stderr, flush=True)
-        if self.hard_exit:
-            os._exit(130)
-        raise KeyboardInterrupt
-
-
-INTERRUPT = _Interrupt()
 
 
 def _interruptible(fn, *args):
@@ -436,15 +382,15 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                     ckpt.wait()  # the previous one written (or its failure raised) before the next is queued
                     _checkpoint(ckpt, slots, state, batched)
                     schedule.done(t)
-            if variables0 is not None:  # no chunk ran (zero rounds, or Ctrl-C before the first)
-                state, variables0 = row0(state, variables0), None
+            if variables0 is not None and not (INTERRUPT.requested and t < cfg.rounds):  # no chunk ran: zero rounds
+                state, variables0 = row0(state, variables0), None  # (a signal before the first: nothing to evaluate)
             ckpt.wait()
             for i, slot in enumerate(slots):
                 if slot is not None:
                     slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
             if INTERRUPT.requested and t < cfg.rounds:
                 raise Interrupted(t, [s.rundir.path for s in slots if s is not None and s.rundir is not None],
-                                  saved=t > start)
+                                  saved=t > start, signum=INTERRUPT.signum)
     except WriteError as e:
         raise RunStopped(_stopped_message(e, slots, t)) from None
     finally:

@@ -44,6 +44,7 @@ import jax
 import numpy as np
 
 from ..sim.round import METRIC_KEYS
+from ..notices import Notice
 from .config import Config, ConfigError, from_run, identity_diff, identity_digest
 from .writers import PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, read_csv_rows, tmp_name
 
@@ -376,11 +377,11 @@ class RunDir:
         path = avail[round]
         if damaged:
             warnings.warn(f"{self.path}: damaged checkpoint ({why}); resuming from {path.name} (round {round})",
-                          UserWarning, stacklevel=2)
+                          Notice, stacklevel=2)
         ident = self.checkpoint_identity(path)
         if ident is None:
             warnings.warn(f"{path} was written before checkpoints recorded their config; it is not checked "
-                          f"against {CONFIG}", UserWarning, stacklevel=2)
+                          f"against {CONFIG}", Notice, stacklevel=2)
         else:
             diff = identity_diff(ident, cfg.identity())
             if diff:

@@ -239,7 +239,7 @@ def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compre
 
 def _check_interrupt(where: int) -> None:
     if INTERRUPT.requested:
-        raise Interrupted(where, [], saved=False)
+        raise Interrupted(where, [], saved=False, signum=INTERRUPT.signum)
 
 
 def _extend(root: Path, info: dict, rounds: int) -> list[dict]:

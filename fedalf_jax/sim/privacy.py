@@ -45,6 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..notices import Notice
+
 __all__ = [
     "LDP_NAMES",
     "NEIGHBOURING",
@@ -219,7 +221,7 @@ def adaptive_ldp(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None
     if _concrete(epsilon) and np.any(np.asarray(epsilon, np.float64) >= ADAPTIVE_EXACT_EPSILON):
         warnings.warn(f"adaptive_ldp with epsilon={epsilon!r} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the flip "
                       f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly",
-                      UserWarning, stacklevel=2)
+                      Notice, stacklevel=2)
 
     return _per_tensor(key, params, epsilon, layer_of, _adaptive_draw,
                        _adaptive_variance if with_variance else None)

@@ -1,0 +1,160 @@
+"""Stopping a run without losing it: Ctrl-C (SIGINT), SIGTERM (``kill``, ``timeout``, a scheduler's
+pre-emption or time limit), SIGHUP (the terminal closed) and SIGUSR1 (Slurm's ``--signal=USR1@T``).
+
+The first signal lets the chunk of rounds in flight finish; the run loop then writes the metrics and a
+checkpoint of that round and raises :class:`Interrupted`, which carries the signal (the command line
+exits with 128 + its number: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP, 138 for SIGUSR1). A
+second signal leaves at once (the files on disk stay consistent, being written atomically).
+
+This module imports nothing heavy: the ``fedalf`` command installs its handlers before JAX loads
+(``fedalf_jax/__init__.py``), so a signal in its first second is kept, not raised inside one of JAX's
+garbage-collection callbacks (where Python drops the ``KeyboardInterrupt``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Optional
+
+# The signals handled like Ctrl-C (those the platform has).
+SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1") if hasattr(signal, n))
+
+
+def signal_name(signum: Optional[int]) -> str:
+    """``Ctrl-C`` for SIGINT (and ``None``), else the signal's name (``SIGTERM``)."""
+    if signum is None or signum == signal.SIGINT:
+        return "Ctrl-C"
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal ended the run loop after saving: ``round`` is the last completed round, checkpointed in
+    each of ``dirs``; ``signum`` the signal (``signal.SIGINT`` for Ctrl-C)."""
+
+    def __init__(self, round: int, dirs: list, saved: bool = True, signum: Optional[int] = None):
+        self.signum = int(signal.SIGINT if signum is None else signum)
+        super().__init__(f"interrupted by {signal_name(self.signum)} at round {round}")
+        self.round, self.dirs, self.saved = round, dirs, saved  # saved: a checkpoint of ``round`` was written
+
+    @property
+    def exit_status(self) -> int:
+        """The command line's exit status: 128 + the signal's number."""
+        return 128 + self.signum
+
+
+def started_as_command() -> bool:
+    """Whether this process is the ``fedalf`` command (its console script, or ``python -m fedalf_jax.cli``)."""
+    argv = list(getattr(sys, "orig_argv", None) or [])
+    if "-mfedalf_jax.cli" in argv or any(a == "-m" and b == "fedalf_jax.cli" for a, b in zip(argv, argv[1:])):
+        return True
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    return bool(sys.argv) and script is not None and script == sys.argv[0] and \
+        os.path.basename(sys.argv[0]) in ("fedalf", "fedalf.exe")
+
+
+class _Interrupt:
+    """The signals of :data:`SIGNALS` while a run loop is :meth:`active` (or, on the command line, from its
+    start: :meth:`command`). The first sets :attr:`requested` and :attr:`signum`; the loop saves after the
+    chunk in flight (before a loop, the command stops before its first chunk). The second leaves now:
+    ``os._exit(128 + signum)`` when :attr:`hard_exit` (the command line: no interpreter teardown under a
+    running XLA computation), else ``KeyboardInterrupt``."""
+
+    def __init__(self):
+        self.requested = False
+        self.signum: Optional[int] = None
+        self.hard_exit = False
+        self.until: Optional[int] = None  # the round the computation in flight ends at
+        self.running = False  # the command's main() is running (outside a loop a signal raises there)
+        self._cli = False  # handlers installed for the whole command
+        self._depth = 0
+        self._previous: dict = {}
+
+    def _install(self) -> None:
+        for s in SIGNALS:
+            self._previous[s] = signal.signal(s, self._handle)
+
+    def _restore(self) -> None:
+        for s, h in self._previous.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)
+        self._previous = {}
+
+    def install_for_command(self) -> None:
+        """The ``fedalf`` command's handlers, for the rest of the process (before JAX loads)."""
+        if threading.current_thread() is threading.main_thread() and not self._cli:
+            self._install()
+            self._cli, self.hard_exit = True, True
+
+    @contextlib.contextmanager
+    def command(self):
+        """The command line's ``main()``: the handlers on for its whole length (installed now unless the
+        process installed them at its start), a second signal leaving at once."""
+        mine = threading.current_thread() is threading.main_thread() and not self._cli
+        if mine:
+            self.requested, self.signum = False, None
+            self._install()
+            self._cli = True
+        hard, self.hard_exit, self.running = self.hard_exit, True, True
+        try:
+            yield self
+        finally:
+            self.running, self.hard_exit = False, hard
+            if mine:
+                self._restore()
+                self._cli, self.requested, self.signum, self.until = False, False, None, None
+
+    @contextlib.contextmanager
+    def active(self):
+        main = threading.current_thread() is threading.main_thread()
+        if main and self._depth == 0 and not self._cli:
+            self.requested, self.signum = False, None
+            self._install()
+        self._depth += main
+        try:
+            yield self
+        finally:
+            self._depth -= main
+            if main and self._depth == 0:
+                if not self._cli:  # a signal is kept for the command's end (it exits with its status)
+                    self._restore()
+                    self.requested, self.signum = False, None
+                self.until = None
+
+    def _handle(self, signum, frame):
+        name = signal_name(signum)
+        if not self.requested:
+            self.requested, self.signum = True, signum
+            if self._depth == 0 and self.running:  # the command is running, but no run loop: stop now
+                raise KeyboardInterrupt
+            if self._depth == 0:  # the command's modules are still loading
+                print(f"\nfedalf: {name}: stopping before the command starts ({name} again to leave now)",
+                      file=sys.stderr, flush=True)
+                return
+            if self.until is None:  # no rounds in flight yet
+                print(f"\nfedalf: {name}: stopping before the next rounds start ({name} again to leave now)",
+                      file=sys.stderr, flush=True)
+                return
+            print(f"\nfedalf: {name}: finishing the rounds in flight (up to round {self.until}), then saving the metrics "
+                  f"and a checkpoint ({name} again to leave now, losing the rounds since the last checkpoint)",
+                  file=sys.stderr, flush=True)
+            return
+        again = f"{name} again" if signum == self.signum else name
+        print(f"\nfedalf: {again}: leaving now; the files on disk are intact (resume with --resume)",
+              file=sys.stderr, flush=True)
+        if self.hard_exit:
+            os._exit(128 + signum)
+        raise KeyboardInterrupt
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + (signal.SIGINT if self.signum is None else self.signum)
+
+
+INTERRUPT = _Interrupt()
