@@ -463,12 +463,10 @@ def invoked() -> str:
 
 
 def _shortest(path: str) -> str:
-    """``path``'s file name when the shell's PATH finds this same file by it, else ``path``."""
+    """``path``'s file name when the shell's PATH finds it there (the same path: a venv's python is a link to
+    an interpreter that, called by another path, is not the venv's), else ``path``."""
     found = shutil.which(os.path.basename(path))
-    try:
-        return os.path.basename(path) if found and os.path.samefile(found, path) else path
-    except OSError:
-        return path
+    return os.path.basename(path) if found and os.path.abspath(found) == os.path.abspath(path) else path
 
 
 def main(argv=None) -> int:

@@ -319,7 +319,7 @@ def test_ctrl_c_saves_the_last_finished_round_and_exits_130(tmp_path, compile_ca
     last = _rounds(a)[-1]
     assert last >= 10 and last % 5 == 0
     assert RunDir(a).checkpoint_round() == last  # every finished round is kept
-    assert f"interrupted after round {last}" in err and f"fedalf run --resume --out {a}" in err, err
+    assert f"interrupted after round {last}" in err and f"-m fedalf_jax.cli run --resume --out {a}" in err, err
     assert "Traceback" not in err and "Segmentation" not in err
     assert main(["run", "--resume", "--out", str(a), "--rounds", str(last + 5), "--no-progress"]) == 0
     assert _rounds(a)[-2:] == [last, last + 5]
@@ -334,7 +334,7 @@ def test_ctrl_c_in_a_sweep_saves_every_run_of_the_call_in_flight(tmp_path):
     _wait_for(lambda: first.exists() and len(first.read_text().splitlines()) >= 4, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and f"fedalf sweep --resume --out {sw}" in err, err
+    assert proc.returncode == 130 and f"-m fedalf_jax.cli sweep --resume --out {sw}" in err, err
     for name in ("fedavg_seed0", "fedavg_seed1"):
         last = _rounds(sw / name)[-1]
         assert last >= 10 and RunDir(sw / name).checkpoint_round() == last, name

@@ -78,6 +78,7 @@ import contextlib
 import csv
 import dataclasses
 import math
+import shlex
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, NamedTuple, Optional
@@ -869,6 +870,18 @@ def _make_dir(path: Path) -> None:
         raise ConfigError(f"cannot create the report folder {path} ({e.strerror or e}); pass another --out") from None
 
 
+def resume_hint(rundirs: list[RunDir], skipped: dict) -> str:
+    """The commands that finish the unfinished runs: ``fedalf sweep --resume --out SWEEP`` for a sweep's run,
+    ``fedalf run --resume --out RUN`` for a run of its own."""
+    names = set(skipped.get("running", [])) | set(skipped.get("new", []))
+    cmds = list(dict.fromkeys(
+        f"fedalf sweep --resume --out {shlex.quote(str(rd.path.parent))}" if (rd.path.parent / "sweep.json").is_file()
+        else f"fedalf run --resume --out {shlex.quote(str(rd.path))}" for rd in rundirs if rd.name in names))
+    if not cmds:
+        return "fedalf run --resume or fedalf sweep --resume"
+    return "; ".join(cmds[:2]) + (f"; and {len(cmds) - 2} more" if len(cmds) > 2 else "")
+
+
 def report(paths: list[str], out: str, *, last: int = 5) -> dict:
     """Write ``report.md``, ``table.csv`` and ``figures/*.png`` into ``out`` from the runs in ``paths``.
 
@@ -888,7 +901,7 @@ def report(paths: list[str], out: str, *, last: int = 5) -> dict:
     if not any(c.done for c in cells):
         counts = ", ".join(f"{len(v)} {k}" for k, v in skipped.items())
         raise ConfigError(f"none of the {len(rundirs)} runs in {', '.join(map(str, paths))} has finished "
-                          f"({counts}); finish them (fedalf sweep --resume) or pass other directories")
+                          f"({counts}); finish them ({resume_hint(rundirs, skipped)}) or pass other directories")
     messages += length_notes(runs) + notes
     for c in cells:
         messages += choose_eta(c)
