@@ -181,4 +181,20 @@ mutate fedalf_jax/sim/algorithms.py '    if tau is None:' '    if True:' "tau: -
   "tests/test_wiring.py -k history_tau"
 mutate fedalf_jax/experiment/build.py '                fair_norm=cfg.resolved_fair_norm, history_tau=cfg.history_tau)' \
   '                fair_norm=cfg.resolved_fair_norm)' "tau: --history-tau never reaches the server" "tests/test_wiring.py -k history_tau"
+# issue #27 items 2, 12, 17: signals, resume hints, notices (labels start with "signals"), tests/test_signals.py
+SG=tests/test_signals.py
+mutate fedalf_jax/interrupt.py '("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1")' '("SIGINT",)' \
+  "signals: SIGTERM not handled (no checkpoint, no message)" "$SG -k sigterm_saves"
+mutate fedalf_jax/experiment/loop.py '                                  saved=t > start, signum=INTERRUPT.signum)' \
+  '                                  saved=t > start)' "signals: a run stopped by SIGTERM exits 130" "$SG -k sigterm_saves"
+mutate fedalf_jax/__init__.py '    _INTERRUPT.install_for_command()' '    pass' \
+  "signals: the command's handlers installed only once JAX has loaded" "$SG -k while_the_command_loads"
+mutate fedalf_jax/cli.py '    if getattr(main_spec, "name", None) == "fedalf_jax.cli":' '    if False:' \
+  "signals: python -m fedalf_jax.cli hinted as a bare fedalf" "$SG -k sweep_saves"
+mutate fedalf_jax/cli.py '        return shlex.quote(_shortest(argv0))' '        return "fedalf"' \
+  "signals: .venv/bin/fedalf hinted as a bare fedalf" "$SG -k sigterm_saves"
+mutate fedalf_jax/experiment/report.py '({resume_hint(rundirs, skipped)})' '(fedalf sweep --resume)' \
+  "signals: report tells a single run to resume as a sweep" "$SG -k report_of_an_interrupted_run"
+mutate fedalf_jax/cli.py '    with INTERRUPT.command(), shown_notices():' '    with INTERRUPT.command():' \
+  "signals: integrity notices hidden by PYTHONWARNINGS=ignore" "$SG -k notice"
 exit $status

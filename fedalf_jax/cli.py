@@ -100,8 +100,9 @@ _HELP = {
 
 _CTRL_C = ("Ctrl-C: the rounds in flight finish, then the metrics and a checkpoint of the last round are "
            "written and the command exits with status 130, printing how to resume (--resume); a second "
-           "Ctrl-C exits at once, leaving the last checkpoint intact. Only one process may write a folder "
-           "at a time.")
+           "Ctrl-C exits at once, leaving the last checkpoint intact. SIGTERM, SIGHUP and SIGUSR1 do the same "
+           "(exit status 143, 129, 138; Slurm: --signal=TERM@120, docs/scaling.md). Only one process may write "
+           "a folder at a time.")
 
 
 _PER_ALGORITHM = ("server_lr", "server_lr_decay", "rho", "server_target", "history")
