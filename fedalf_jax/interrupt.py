@@ -78,8 +78,9 @@ class _Interrupt:
         self._previous: dict = {}
 
     def _install(self) -> None:
-        for s in SIGNALS:
-            self._previous[s] = signal.signal(s, self._handle)
+        for s in SIGNALS:  # SIGTERM, SIGHUP, SIGUSR1 only where nothing else handles or ignores them (nohup)
+            if s == signal.SIGINT or signal.getsignal(s) == signal.SIG_DFL:
+                self._previous[s] = signal.signal(s, self._handle)
 
     def _restore(self) -> None:
         for s, h in self._previous.items():
