@@ -115,13 +115,19 @@ def _catches(pid: int, signum: int) -> bool:
     return bool(mask >> (signum - 1) & 1)
 
 
+def _default_signals():
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(s, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1"])
 def test_a_signal_while_the_command_loads_stops_it_before_anything_is_written(tmp_path, sig):
     signum = getattr(signal, sig)
     a = tmp_path / "a"
     cmd = [sys.executable, "-m", "fedalf_jax.cli", "run", *TINY, "--rounds", "50", "--out", str(a)]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_signals)  # not ignored as under nohup (the command respects that)
     # The command catches SIGTERM from its first instant: the signal lands while JAX is still loading.
     _wait_for(lambda: _catches(proc.pid, signal.SIGTERM), proc, timeout=60)
     proc.send_signal(signum)
