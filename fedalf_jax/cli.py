@@ -448,6 +448,9 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _one_line_warning
+    for stream in (sys.stdout, sys.stderr):  # a path that is not text (--out's bytes) prints escaped
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     if hasattr(args, "no_compile_cache"):  # run, sweep, bench: before anything compiles
         from .experiment.cache import cache_dir, configure
         configure(cache_dir(disabled=args.no_compile_cache))
