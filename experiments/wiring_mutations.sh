@@ -181,4 +181,26 @@ mutate fedalf_jax/sim/algorithms.py '    if tau is None:' '    if True:' "tau: -
   "tests/test_wiring.py -k history_tau"
 mutate fedalf_jax/experiment/build.py '                fair_norm=cfg.resolved_fair_norm, history_tau=cfg.history_tau)' \
   '                fair_norm=cfg.resolved_fair_norm)' "tau: --history-tau never reaches the server" "tests/test_wiring.py -k history_tau"
+# issue #27 items 1, 7, 8, 10: run and sweep folders (labels start with "files"), tests/test_trust_files.py
+TF=tests/test_trust_files.py
+mutate fedalf_jax/experiment/rundir.py '            raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
+' '            raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
+        for name in TEMPORARIES:
+            discard(self.path / name)
+' "files: the temporaries removed before the lock is held (item 1)" "$TF -k refused_by"
+mutate fedalf_jax/experiment/rundir.py 'os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)' 'os.O_RDWR | os.O_CREAT, 0o644)' \
+  "files: the lock opened through a link (item 7)" "$TF -k symlinked_lock"
+mutate fedalf_jax/experiment/writers.py '    discard(path)
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o666), mode, **kw)' \
+  '    return open(path, mode, **kw)' "files: a temporary file opened through a link (item 7)" "$TF -k temporary_names"
+mutate fedalf_jax/experiment/rundir.py 'if cfg.log == "tensorboard" and (self.path / TB).is_symlink():' 'if False:' \
+  "files: TensorBoard events written through a tb link (item 7)" "$TF -k tb_link"
+mutate fedalf_jax/experiment/rundir.py '                for p in tb.glob(TB_EVENTS):' '                for p in tb.iterdir():' \
+  "files: --overwrite removes a user's files in tb/ (item 8)" "$TF -k only_the_event_files"
+mutate fedalf_jax/experiment/rundir.py '.encode(errors="surrogateescape"), 0)' '.encode(), 0)' \
+  "files: the lock's holder line of a non-UTF-8 --out (item 10)" "$TF -k utf8"
+mutate fedalf_jax/cli.py '            stream.reconfigure(errors="backslashreplace")' '            pass' \
+  "files: a non-UTF-8 --out printed on a strict stdout (item 10)" "$TF -k utf8"
+mutate fedalf_jax/experiment/report.py '        path.write_text("\n".join(lines), errors="surrogateescape")' '        path.write_text("\n".join(lines))' \
+  "files: report.md naming a non-UTF-8 folder (item 10)" "$TF -k utf8"
 exit $status

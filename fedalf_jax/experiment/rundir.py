@@ -9,22 +9,28 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
     checkpoint.prev.npz   the one before (``fedalf run``: the fallback when the last one is damaged;
                      a sweep's runs keep only their last checkpoint, see :meth:`RunDir.save_checkpoint`)
     summary.json     written when the run ends: status ("done" or "diverged"), the final row, times
-    tb/              TensorBoard scalars (``--log tensorboard`` only)
+    tb/              TensorBoard scalars (``--log tensorboard`` only): ``events.out.tfevents.*`` files, the
+                     only ones ``--overwrite`` removes there (a user's own files in ``tb/`` stay)
 
 A sweep directory holds ``sweep.json`` (the list of its runs) and one run directory per run.
 ``fedalf report``, ``fedalf sweep --resume``, the notebooks and the experiment scripts read these
 files only through this module. Files other than ``metrics.csv`` are replaced atomically (written to
 a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind
-(a stale temporary file, by its exact name, is removed when the directory is opened for writing
-again); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
+(a stale temporary file, by its exact name, is removed once the next writer holds the folder's
+lock); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
 readers).
 
 Trust: a checkpoint records what produced it (the config's identity: every option but the
 bookkeeping ones, ``config.BOOKKEEPING``) and is checked whole before it is used (a damaged one
 falls back to the previous generation, with a warning; a sweep's runs keep one generation, each
 read back whole before it replaces the one before); one process writes a folder at a time
-(``.fedalf.lock``, an OS lock released on any exit); a failed write raises :class:`WriteError` at
-once; every path read from ``sweep.json`` must lie inside the sweep's folder.
+(``.fedalf.lock``, an OS lock released on any exit), and nothing in a folder is removed or written
+before its lock is held (a command refused because another process writes the folder changes nothing
+in it); a failed write raises :class:`WriteError` at once; every path read from ``sweep.json`` must lie
+inside the sweep's folder; no write follows a symbolic link planted in a folder (a run folder received
+as a tarball): the lock is opened with ``O_NOFOLLOW`` (a link there is refused in one line), the
+temporary files are created anew (``O_EXCL``) and renamed over the name, which replaces a link there
+rather than writing through it, and a ``tb`` link is refused for ``--log tensorboard``.
 """
 
 from __future__ import annotations
