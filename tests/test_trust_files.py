@@ -12,11 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment import rundir as R
-from fedalf_jax.experiment.rundir import RunDir
 from fedalf_jax.experiment.writers import CsvWriter
 
 from test_trust import REPO, TINY, _cli, _one_line_error, _rounds
@@ -59,7 +57,8 @@ def test_a_command_refused_by_a_run_folders_lock_changes_nothing_in_it(tmp_path,
             _one_line_error(code, err, f"{a} is being written by pid {os.getpid()}")
             assert _snapshot(a) == before, argv
     assert main(["run", "--resume", "--rounds", "3", "--no-progress", "--out", str(a)]) == 0  # held no more
-    assert _rounds(a) == [0, 1, 2, 3] and not (a / "metrics.csv.tmp").exists() and not (a / "checkpoint.npz.tmp").exists()
+    assert _rounds(a) == [0, 1, 2, 3]
+    assert not (a / "metrics.csv.tmp").exists() and not (a / "checkpoint.npz.tmp").exists()  # removed once held
 
 
 def test_a_command_refused_by_a_sweeps_locks_changes_nothing_in_its_folders(tmp_path, capsys):

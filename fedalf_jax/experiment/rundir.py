@@ -66,8 +66,8 @@ COMPRESS_ENV = "FEDALF_COMPRESS_CHECKPOINTS"  # "1": checkpoints written with np
 LOCK = ".fedalf.lock"
 TB = "tb"
 TB_EVENTS = "events.out.tfevents.*"  # the event files TensorBoardWriter (tensorboardX) writes in TB
-# the files a run writes (``--overwrite`` removes these and TB's event files), and the exact temporary names of the
-# atomic writes (removed when a folder is opened for writing: nothing else is ever deleted)
+# the files a run writes (``--overwrite`` removes these and TB's event files), and the exact temporary
+# names of the atomic writes (removed once a writer holds the folder: nothing else is ever deleted)
 RUN_FILES = (CONFIG, CLIENTS, METRICS, SUMMARY, CHECKPOINT, PREV_CHECKPOINT)
 TEMPORARIES = tuple(tmp_name(n) for n in (*RUN_FILES, SWEEP)) + ("checkpoint.npz.tmp.npz",)  # (older name)
 
