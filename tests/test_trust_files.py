@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from fedalf_jax.cli import main
 from fedalf_jax.experiment import rundir as R
 from fedalf_jax.experiment.writers import CsvWriter
