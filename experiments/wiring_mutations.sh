@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD; COPY=$(mktemp -d); trap 'rm -rf "$COPY"' EXIT
 if [ -n "${SRC:-}" ]; then cp -r "$SRC"/. "$COPY"; else git archive HEAD | tar -x -C "$COPY"; fi
-PYTEST=${PYTEST:-$REPO/.venv/bin/pytest}
+PYTEST=${PYTEST:-$REPO/.venv/bin/pytest}  # may hold arguments: PYTEST="python -m pytest -n 0"
 status=0
 mutate() {  # file, old text, new text, label[, tests: pytest arguments, default tests/test_wiring.py]
   case "$4" in *"${ONLY:-}"*) ;; *) return ;; esac
@@ -22,7 +22,7 @@ s = open(p).read(); assert s.count(old) == 1, old; open(p, "w").write(s.replace(
 PY
   echo "== $4"
   # shellcheck disable=SC2086  # $5: several pytest arguments
-  out=$(cd "$COPY" && PYTHONPATH="$COPY" "$PYTEST" -q -p no:warnings -p no:cacheprovider ${5:-tests/test_wiring.py} 2>&1)
+  out=$(cd "$COPY" && PYTHONPATH="$COPY" $PYTEST -q -p no:warnings -p no:cacheprovider ${5:-tests/test_wiring.py} 2>&1)
   echo "$out" | grep -E "^FAILED" || { echo "NOT CAUGHT"; status=1; }
   cp "$COPY/.orig" "$COPY/$1"
 }
@@ -197,4 +197,26 @@ mutate fedalf_jax/experiment/report.py '({resume_hint(rundirs, skipped)})' '(fed
   "signals: report tells a single run to resume as a sweep" "$SG -k report_of_an_interrupted_run"
 mutate fedalf_jax/cli.py '    with INTERRUPT.command(), shown_notices():' '    with INTERRUPT.command():' \
   "signals: integrity notices hidden by PYTHONWARNINGS=ignore" "$SG -k notice"
+# issue #27 items 1, 7, 8, 10: run and sweep folders (labels start with "files"), tests/test_trust_files.py
+TF=tests/test_trust_files.py
+mutate fedalf_jax/experiment/rundir.py '            raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
+' '            raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
+        for name in TEMPORARIES:
+            discard(self.path / name)
+' "files: the temporaries removed before the lock is held (item 1)" "$TF -k refused_by"
+mutate fedalf_jax/experiment/rundir.py 'os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)' 'os.O_RDWR | os.O_CREAT, 0o644)' \
+  "files: the lock opened through a link (item 7)" "$TF -k symlinked_lock"
+mutate fedalf_jax/experiment/writers.py '    discard(path)
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o666), mode, **kw)' \
+  '    return open(path, mode, **kw)' "files: a temporary file opened through a link (item 7)" "$TF -k temporary_names"
+mutate fedalf_jax/experiment/rundir.py 'if cfg.log == "tensorboard" and (self.path / TB).is_symlink():' 'if False:' \
+  "files: TensorBoard events written through a tb link (item 7)" "$TF -k tb_link"
+mutate fedalf_jax/experiment/rundir.py '                for p in tb.glob(TB_EVENTS):' '                for p in tb.iterdir():' \
+  "files: --overwrite removes a user's files in tb/ (item 8)" "$TF -k only_the_event_files"
+mutate fedalf_jax/experiment/rundir.py '.encode(errors="surrogateescape"), 0)' '.encode(), 0)' \
+  "files: the lock's holder line of a non-UTF-8 --out (item 10)" "$TF -k utf8"
+mutate fedalf_jax/cli.py '            stream.reconfigure(errors="backslashreplace")' '            pass' \
+  "files: a non-UTF-8 --out printed on a strict stdout (item 10)" "$TF -k utf8"
+mutate fedalf_jax/experiment/report.py '        path.write_text("\n".join(lines), errors="surrogateescape")' '        path.write_text("\n".join(lines))' \
+  "files: report.md naming a non-UTF-8 folder (item 10)" "$TF -k utf8"
 exit $status

@@ -479,6 +479,9 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _one_line_warning
+    for stream in (sys.stdout, sys.stderr):  # a path that is not text (--out's bytes) prints escaped
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         if INTERRUPT.requested:  # a signal while the command's modules loaded: nothing started yet
             print(f"fedalf {args.command}: interrupted by {signal_name(INTERRUPT.signum)} before it started: nothing "

@@ -97,7 +97,7 @@ def test_a_new_run_into_a_folder_that_holds_one_is_refused_unless_overwrite(tmp_
     assert _hashes(a) == before
     # --overwrite removes every old file first: the old run's previous checkpoint cannot be resumed later
     (a / "tb").mkdir()
-    (a / "tb" / "events.old").write_text("x")
+    (a / "tb" / "events.out.tfevents.1.old").write_text("x")  # an event file of the old run's
     (a / "notes.txt").write_text("mine")
     assert main(["run", *TINY, "--lr", "0.2", "--rounds", "1", "--out", str(a), "--overwrite"]) == 0
     assert sorted(_hashes(a)) == ["checkpoint.npz", "clients.json", "config.json", "metrics.csv", "notes.txt",

@@ -606,11 +606,11 @@ def write_markdown(path: Path, cells: list[Cell], rows: dict, last: int, figures
         mine = [c for c in cells if c.model == model]
         lines += _model_section(model, mine, rows, last, figures.get(model, []), path.parent)
     with _writing(path):
-        path.write_text("\n".join(lines))
+        path.write_text("\n".join(lines), errors="surrogateescape")  # a path's bytes as the OS gave them
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    with _writing(path), open(path, "w", newline="") as f:
+    with _writing(path), open(path, "w", newline="", errors="surrogateescape") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         w.writerows({k: ("" if r[k] is None else r[k]) for k in CSV_COLUMNS} for r in rows)

@@ -9,22 +9,28 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
     checkpoint.prev.npz   the one before (``fedalf run``: the fallback when the last one is damaged;
                      a sweep's runs keep only their last checkpoint, see :meth:`RunDir.save_checkpoint`)
     summary.json     written when the run ends: status ("done" or "diverged"), the final row, times
-    tb/              TensorBoard scalars (``--log tensorboard`` only)
+    tb/              TensorBoard scalars (``--log tensorboard`` only): ``events.out.tfevents.*`` files, the
+                     only ones ``--overwrite`` removes there (a user's own files in ``tb/`` stay)
 
 A sweep directory holds ``sweep.json`` (the list of its runs) and one run directory per run.
 ``fedalf report``, ``fedalf sweep --resume``, the notebooks and the experiment scripts read these
 files only through this module. Files other than ``metrics.csv`` are replaced atomically (written to
 a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind
-(a stale temporary file, by its exact name, is removed when the directory is opened for writing
-again); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
+(a stale temporary file, by its exact name, is removed once the next writer holds the folder's
+lock); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
 readers).
 
 Trust: a checkpoint records what produced it (the config's identity: every option but the
 bookkeeping ones, ``config.BOOKKEEPING``) and is checked whole before it is used (a damaged one
 falls back to the previous generation, with a warning; a sweep's runs keep one generation, each
 read back whole before it replaces the one before); one process writes a folder at a time
-(``.fedalf.lock``, an OS lock released on any exit); a failed write raises :class:`WriteError` at
-once; every path read from ``sweep.json`` must lie inside the sweep's folder.
+(``.fedalf.lock``, an OS lock released on any exit), and nothing in a folder is removed or written
+before its lock is held (a command refused because another process writes the folder changes nothing
+in it); a failed write raises :class:`WriteError` at once; every path read from ``sweep.json`` must lie
+inside the sweep's folder; no write follows a symbolic link planted in a folder (a run folder received
+as a tarball): the lock is opened with ``O_NOFOLLOW`` (a link there is refused in one line), the
+temporary files are created anew (``O_EXCL``) and renamed over the name, which replaces a link there
+rather than writing through it, and a ``tb`` link is refused for ``--log tensorboard``.
 """
 
 from __future__ import annotations
@@ -32,8 +38,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import socket
+import stat
 import sys
 import time
 import warnings
@@ -46,7 +52,8 @@ import numpy as np
 from ..sim.round import METRIC_KEYS
 from ..notices import Notice
 from .config import Config, ConfigError, from_run, identity_diff, identity_digest
-from .writers import PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, read_csv_rows, tmp_name
+from .writers import (NOFOLLOW, PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, open_new,
+                      read_csv_rows, tmp_name)
 
 try:
     import fcntl
@@ -59,8 +66,9 @@ PREV_CHECKPOINT = "checkpoint.prev.npz"
 COMPRESS_ENV = "FEDALF_COMPRESS_CHECKPOINTS"  # "1": checkpoints written with np.savez_compressed
 LOCK = ".fedalf.lock"
 TB = "tb"
-# the files a run writes (``--overwrite`` removes these and TB), and the exact temporary names of the
-# atomic writes (removed when a folder is opened for writing: nothing else is ever deleted)
+TB_EVENTS = "events.out.tfevents.*"  # the event files TensorBoardWriter (tensorboardX) writes in TB
+# the files a run writes (``--overwrite`` removes these and TB's event files), and the exact temporary
+# names of the atomic writes (removed once a writer holds the folder: nothing else is ever deleted)
 RUN_FILES = (CONFIG, CLIENTS, METRICS, SUMMARY, CHECKPOINT, PREV_CHECKPOINT)
 TEMPORARIES = tuple(tmp_name(n) for n in (*RUN_FILES, SWEEP)) + ("checkpoint.npz.tmp.npz",)  # (older name)
 
@@ -85,8 +93,9 @@ def write_atomic(path: Path, text: str) -> None:
     the temporary file) when the folder cannot be written."""
     tmp = path.with_name(tmp_name(path.name))
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        with open_new(tmp) as f:  # never through a link planted at the temporary name
+            f.write(text)
+        os.replace(tmp, path)  # replaces the name itself (a link there, not what it points to)
     except OSError as e:
         discard(tmp)
         raise WriteError(path, e) from None
@@ -133,9 +142,15 @@ class DirLock:
         if fcntl is None:
             return
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
         except OSError as e:
+            if self.path.is_symlink():  # the holder line would be written where it points
+                raise ConfigError(f"{self.path} is a symbolic link, and fedalf writes only inside the folder: "
+                                  f"remove the link (rm {self.path}) and run again") from None
             raise WriteError(self.path, e) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ConfigError(f"{self.path} is not a regular file: remove it (rm {self.path}) and run again")
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
@@ -147,8 +162,8 @@ class DirLock:
         if not shared or os.fstat(fd).st_size == 0:
             os.ftruncate(fd, 0)
             cmd = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300] if sys.argv else "python"
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} ({cmd}, since "
-                          f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} ({cmd}, since "  # a path's bytes as given
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(errors="surrogateescape"), 0)
 
     def release(self) -> None:
         if self._fd is not None:
@@ -185,8 +200,8 @@ class RunDir:
 
     # ---- writing --------------------------------------------------------------------------------
     def create(self) -> None:
-        """Make the directory (with its parents) and remove the temporary files a killed write left
-        (the exact names this module writes, nothing else)."""
+        """Make the directory (with its parents); nothing in it changes (:meth:`lock` removes the
+        temporary files a killed write left, once it holds the folder)."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -194,13 +209,18 @@ class RunDir:
                               f"pass another --out") from None
         if not os.access(self.path, os.W_OK):
             raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
-        for name in TEMPORARIES:
-            if (self.path / name).is_file():
-                discard(self.path / name)
 
     def lock(self, *, shared: bool = False) -> DirLock:
-        """Hold the directory for writing (create it first); see :class:`DirLock`."""
-        return DirLock(self.path, shared=shared)
+        """Hold the directory for writing (create it first); see :class:`DirLock`. Once held alone (not
+        ``shared``), the temporary files a killed write left are removed (the exact names this module
+        writes, nothing else): a command refused because another process holds the folder changes
+        nothing in it. (Under a shared hold they stay: another holder may be writing one; each atomic
+        write removes a stale one at its own name first, :func:`open_new`.)"""
+        held = DirLock(self.path, shared=shared)
+        if not shared:
+            for name in TEMPORARIES:
+                discard(self.path / name)  # a file or a link (never followed); a folder there stays
+        return held
 
     def holds_run(self) -> bool:
         """Whether a run has written here (any of its files)."""
@@ -257,12 +277,19 @@ class RunDir:
             pass
 
     def remove_run_files(self) -> None:
-        """Remove everything a run writes here (nothing else)."""
+        """Remove everything a run writes here (nothing else): its files, and in ``tb/`` the TensorBoard
+        event files (``tb/`` itself once empty; a user's own files there stay, and a ``tb`` that is a
+        link is left alone)."""
+        tb = self.path / TB
         try:
             for name in RUN_FILES:
                 (self.path / name).unlink(missing_ok=True)
-            if (self.path / TB).is_dir():
-                shutil.rmtree(self.path / TB)
+            if tb.is_dir() and not tb.is_symlink():
+                for p in tb.glob(TB_EVENTS):
+                    if not p.is_dir() or p.is_symlink():
+                        p.unlink()
+                if not any(tb.iterdir()):
+                    tb.rmdir()
         except OSError as e:
             raise WriteError(self.path, e) from None
 
@@ -276,9 +303,12 @@ class RunDir:
     def writers(self, cfg: Config, *, keep_upto: Optional[int] = None) -> list:
         """The run's metric writers: ``metrics.csv`` (continued up to ``keep_upto`` on resume), and
         TensorBoard's when ``cfg.log == "tensorboard"``."""
+        if cfg.log == "tensorboard" and (self.path / TB).is_symlink():  # its event files would go elsewhere
+            raise ConfigError(f"{self.path / TB} is a symbolic link, and fedalf writes only inside the run folder: "
+                              f"remove the link, or choose another --out")
         out = [CsvWriter(self.path / METRICS, metric_columns(cfg.clients), keep_upto=keep_upto)]
         if cfg.log == "tensorboard":
-            out.append(TensorBoardWriter(self.path / "tb"))
+            out.append(TensorBoardWriter(self.path / TB))
         return out
 
     def write_summary(self, summary: dict) -> None:
@@ -307,7 +337,7 @@ class RunDir:
         tmp = self.path / tmp_name(CHECKPOINT)
         save = np.savez_compressed if self.compress else np.savez
         try:
-            with open(tmp, "wb") as f:
+            with open_new(tmp, "wb") as f:
                 save(f, *leaves, round=np.asarray(jax.device_get(state.round)),
                      identity=np.asarray(json.dumps(ident, sort_keys=True)),
                      digest=np.asarray(identity_digest(ident)))

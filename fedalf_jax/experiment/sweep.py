@@ -190,7 +190,7 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
     root = Path(out)
     if not (root / "sweep.json").is_file():
         read_sweep(root)  # the one-line "not a sweep directory"
-    RunDir(root).create()  # removes a temporary file a killed write left
+    RunDir(root).create()  # the folder only: its temporaries go once it is held (RunDir.lock)
     with _held(root, shard):
         return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=rounds,
                        compress=compress_checkpoints)

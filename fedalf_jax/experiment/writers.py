@@ -32,6 +32,23 @@ def discard(path: Path) -> None:
         pass
 
 
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 where the OS has no such flag
+
+
+def open_new(path: Path, mode: str = "w", **kw):
+    """``path`` opened for writing as a new file: whatever has that name is removed first (a temporary
+    file a killed write left, or a symbolic link planted there) and the file is created exclusively
+    (``O_EXCL``: a link is never followed), so a write never lands outside the folder. Used for the
+    temporary names of the atomic writes, which are this project's own."""
+    discard(path)
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o666), mode, **kw)
+
+
+def _no_follow(path, flags):
+    """An ``opener`` for ``open``: a symbolic link at ``path`` is refused (``ELOOP``), never followed."""
+    return os.open(path, flags | NOFOLLOW, 0o666)
+
+
 class WriteError(ConfigError):
     """A file of a run or sweep directory could not be written: the run stops at once."""
 
@@ -61,12 +78,12 @@ class CsvWriter:
             kept = [r for r in read_csv_rows(self.path, len(self.columns)) if int(float(r[0])) <= keep_upto]
         tmp = self.path.with_name(tmp_name(self.path.name))
         try:
-            with open(tmp, "w", newline="") as f:
+            with open_new(tmp, "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(self.columns)
                 w.writerows(kept)
             os.replace(tmp, self.path)
-            self._f = open(self.path, "a", newline="")
+            self._f = open(self.path, "a", newline="", opener=_no_follow)  # the file just renamed there
         except OSError as e:
             discard(tmp)
             raise WriteError(self.path, e) from None
