@@ -1,0 +1,116 @@
+"""Issue 29 items 4-6: a benchmark a user can run (progress lines, Ctrl-C, predictions from compile-free
+time), a GPU kit that fails loudly, checkpoints that fit the disk, and no jax API the next jax removes."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fedalf_jax.experiment import bench as B
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "6", "--clients-per-round", "3",
+        "--synthetic-train", "300", "--synthetic-test", "60", "--algorithm", "fedalf"]
+
+
+def _env(**over):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONUNBUFFERED="1")
+    env.update(over)
+    return env
+
+
+# ---- item 4: fedalf bench --------------------------------------------------------------------------------
+
+def test_bench_progress_lines_and_ctrl_c_keeps_the_partial_table(tmp_path):
+    """Each measurement announces itself on stderr (with its expected time once a round is timed); a
+    Ctrl-C during the last one (the server-depth count) stops at once with exit 130 (not a segfault) and
+    the table of the measurements done, in the JSON too."""
+    out = tmp_path / "b.json"
+    argv = [PY, "-m", "fedalf_jax.cli", "bench", *TINY, "--repeats", "2", "--depth-width", "1",
+            "--depth-rounds", "2000", "--json", str(out)]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)
+    err, outs = [], []
+    readers = [threading.Thread(target=lambda f=f, box=box: box.extend(f), daemon=True)
+               for f, box in ((p.stderr, err), (p.stdout, outs))]
+    for t in readers:
+        t.start()
+    deadline = time.time() + 240
+    while not any("counting the server's loop trips" in ln for ln in err) and p.poll() is None:
+        assert time.time() < deadline, "".join(err)
+        time.sleep(0.2)
+    time.sleep(0.5)  # inside the depth count's compilation or its 2000 rounds
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise
+    for t in readers:
+        t.join(5)
+    text, stdout = "".join(err), "".join(outs)
+    assert p.returncode == 130, (p.returncode, text)
+    # one line per measurement, in order, the timed rounds' with their expected time
+    marks = ["loading the data", "compiling the round", "compiling the sequential loop",
+             "timing 2 rounds of the compiled round and the sequential loop: ~", "timing the server step alone",
+             "counting the server's loop trips over 2000 rounds of W=1: compiling, then ≤ ~"]
+    pos = [text.find(m) for m in marks]
+    assert all(i >= 0 for i in pos) and pos == sorted(pos), text
+    assert re.search(r"timing 2 rounds .*: ~[\d.]+ (s|ms|µs) more \(one of each took [\d.]+ (s|ms|µs)\)", text)
+    assert "fedalf bench: Ctrl-C: stopping the measurement in flight" in text
+    assert text.rstrip().endswith("fedalf bench: interrupted: the table above holds what was measured (also in "
+                                  f"{out})"), text
+    assert "Traceback" not in text
+    # the partial table: the measured figures, not the interrupted depth count
+    assert stdout.startswith("fedalf bench: fedalf, model mlp, synthetic data, on cpu"), stdout
+    assert re.search(r"compiled round +[\d.]+ (s|ms|µs)/round", stdout) and "server step" in stdout
+    assert "server depth" not in stdout
+    import json
+    res = json.loads(out.read_text())
+    assert res["interrupted"] is True and res["compiled_s_per_round"] > 0 and "server_depth" not in res
+
+
+def test_sweep_width_prediction_excludes_compilation():
+    """A width's time is predicted from the last width's compile-free time (∝ the width) plus its
+    compilation once: W = 1 that took 60 s compiling + 10 calls of 0.1 s predicts W = 8 at 60 + 8 × 1 s."""
+    measured = [(1, 60.0 + 10 * 0.1, 60.0)]
+    assert B.predict_width_s(8, measured) == pytest.approx(68.0)
+    assert B.predict_width_s(32, [(1, 61.0, 60.0), (8, 68.0, 60.0)]) == pytest.approx(60.0 + 8.0 * 4)
+    assert B.predict_width_s(8, []) is None
+    # the suite's budget uses it: a sweep width predicted from its compile-free time
+    item = {"kind": "sweep", "width": 8}
+    assert B._predict(item, [(1, 61.0, 60.0)]) == pytest.approx(68.0)
+    assert B._compile_s({"kind": "sweep", "width": 2, "result": {"widths": {"2": {
+        "compile_sweep_s": 3.0, "compile_single_s": 2.5}}}}) == 5.5
+
+
+def test_bench_defaults_are_cpu_sized(monkeypatch, capsys):
+    """On a CPU: no server-depth count unless asked, and --sweep-width times the MLP unless --model is given."""
+    from fedalf_jax.cli import main
+    seen = {}
+
+    def fake_bench(cfg, *, depth_widths, progress, partial, **kw):
+        seen["depth"] = depth_widths
+        progress("a line")
+        return {}
+
+    def fake_sweep(cfg, *, widths, progress, partial, **kw):
+        seen.setdefault("models", []).append(cfg.model)
+        return {}
+
+    monkeypatch.setattr(B, "bench", fake_bench)
+    monkeypatch.setattr(B, "bench_sweep", fake_sweep)
+    monkeypatch.setattr(B, "format_bench", lambda res: "table")
+    monkeypatch.setattr(B, "format_bench_sweep", lambda res: "table")
+    assert main(["bench", "--dataset", "synthetic"]) == 0
+    assert seen["depth"] == [] and "fedalf bench: a line" in capsys.readouterr().err
+    assert main(["bench", "--dataset", "synthetic", "--sweep-width", "1"]) == 0
+    assert main(["bench", "--dataset", "synthetic", "--sweep-width", "1", "--model", "cnn"]) == 0
+    assert seen["models"] == ["mlp", "cnn"]
