@@ -114,3 +114,84 @@ def test_bench_defaults_are_cpu_sized(monkeypatch, capsys):
     assert main(["bench", "--dataset", "synthetic", "--sweep-width", "1"]) == 0
     assert main(["bench", "--dataset", "synthetic", "--sweep-width", "1", "--model", "cnn"]) == 0
     assert seen["models"] == ["mlp", "cnn"]
+
+
+# ---- item 5: experiments/gpu_session.sh -------------------------------------------------------------------
+
+SESSION = ROOT / "experiments" / "gpu_session.sh"
+
+
+@pytest.mark.parametrize("python, needle", [
+    ("/bin/false", "cannot import jax"),  # a Python that fails
+    ("/nonexistent/python", "no Python at /nonexistent/python"),
+])
+def test_gpu_session_fails_loudly(tmp_path, python, needle):
+    """A step whose Python cannot run (or lacks jax) stops with a non-zero status and one line saying
+    what to do; before, it ran system python3 and exited 0 after `No module named 'jax'`."""
+    for step in ("0", "1"):
+        r = subprocess.run(["bash", str(SESSION), step], capture_output=True, text=True, cwd=tmp_path,
+                           env=_env(PYTHON=python, OUT=str(tmp_path / "out")))
+        assert r.returncode != 0 and needle in r.stderr, (step, r.returncode, r.stderr)
+    assert not (tmp_path / "out" / "bench").exists()
+
+
+def test_gpu_session_header_is_for_a_gpu_owner():
+    text = SESSION.read_text()
+    head = text[:text.index("set -euo pipefail")]
+    assert "set -euo pipefail" in text and "python3 -m" not in text  # the project's Python, never the system's
+    assert 'PY=${PYTHON:-.venv/bin/python}' in text
+    for internal in ("device tool", "device-tool", "lent", "H200", "quarter hour", "carry"):
+        assert internal not in head, internal
+
+
+def test_gpu_session_smoke_step_on_cpu(tmp_path):
+    """Step 0 with the project's Python: jax's version and devices, one tiny FedALF round, success said; on
+    a CPU only with ALLOW_CPU=1 (else it stops: jax sees no GPU)."""
+    env = _env(PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    r = subprocess.run(["bash", str(SESSION), "0"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 1 and "jax sees no GPU" in r.stderr and "ALLOW_CPU=1" in r.stderr, r.stderr
+    r = subprocess.run(["bash", str(SESSION), "0"], capture_output=True, text=True, cwd=tmp_path,
+                       env={**env, "ALLOW_CPU": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    import jax
+    assert f"jax {jax.__version__} backend cpu devices [" in r.stdout
+    assert "gpu_session: smoke OK: jax on cpu ran one FedALF round" in r.stdout
+    assert '"status": "done"' in (tmp_path / "out" / "smoke-run" / "summary.json").read_text()
+    assert "smoke OK" in (tmp_path / "out" / "step0.log").read_text()
+
+
+def _tiny_configs(n=3):
+    from fedalf_jax.experiment.config import Config
+    base = dict(dataset="synthetic", model="mlp", clients=6, clients_per_round=3, synthetic_train=300,
+                synthetic_test=60, algorithm="fedalf", rounds=2, eval_every=1)
+    return [Config.from_dict({**base, "seed": s}) for s in range(n)]
+
+
+def test_sweep_says_before_starting_when_its_checkpoints_exceed_the_free_disk(tmp_path, monkeypatch, capsys):
+    """One line before the runs start, naming what the checkpoints need (one per run plus the one being
+    written) and the free space, when they do not fit; nothing when they do."""
+    import shutil
+    from collections import namedtuple
+
+    import jax
+    import numpy as np
+
+    from fedalf_jax.experiment import sweep as S
+    from fedalf_jax.experiment.build import build
+    from fedalf_jax.sim.round import init_state
+    configs = _tiny_configs(3)
+    exp = build(configs[0])  # one run's state, as a checkpoint holds it (real arrays, not shapes)
+    one = sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(init_state(exp.spec, 0)))
+    usage = namedtuple("usage", "total used free")
+    started = []
+    monkeypatch.setattr(S, "_resume", lambda root, **kw: started.append(root) or [])
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 ** 12, 0, one))  # room for one checkpoint
+    S.sweep(configs, tmp_path / "s", chunk=1, progress=False)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "checkpoints need" in ln]
+    assert len(lines) == 1 and started, err
+    assert f"~{S._gb(4 * one)} (one per run: 3 runs, ~{S._gb(3 * one)}, plus one being written)" in lines[0]
+    assert f"more than the {S._gb(one)} free in {tmp_path / 's'}" in lines[0]
+    assert S.check_disk(configs, tmp_path, announce=lambda m: None) == 4 * one
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 ** 12, 0, 4 * one))  # just fits
+    assert S.check_disk(configs, tmp_path, announce=lambda m: pytest.fail(m)) is None
