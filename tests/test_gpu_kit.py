@@ -195,3 +195,59 @@ def test_sweep_says_before_starting_when_its_checkpoints_exceed_the_free_disk(tm
     assert S.check_disk(configs, tmp_path, announce=lambda m: None) == 4 * one
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 ** 12, 0, 4 * one))  # just fits
     assert S.check_disk(configs, tmp_path, announce=lambda m: pytest.fail(m)) is None
+
+
+# ---- item 5: no jax API that a newer jax removes -------------------------------------------------------------
+
+# jax APIs deprecated by jax 0.10 and removed in it or after (checked against jax's CHANGELOG up to 0.11.1),
+# or whose meaning changed: a use of one breaks the package on the jax a GPU machine carries, not on 0.10.2.
+REMOVED_JAX_API = {
+    r"\bjax\.tree_(map|multimap|leaves|flatten|unflatten|structure|transpose|reduce|all)\b":
+        "jax.tree_* aliases (removed in 0.6): jax.tree_util.* or jax.tree.*",
+    r"\bjax\.experimental\.maps\b|\bxmap\b": "jax.experimental.maps / xmap (removed in 0.4.31)",
+    r"\bxla_bridge\b|\bjax\.lib\b": "jax.lib.xla_bridge (removed): jax.devices(), jax.default_backend()",
+    r"\bjax\.experimental\.pjit\b|from jax\.experimental import pjit": "pjit (deprecated): jax.jit",
+    r"\bjax\.experimental\.shard_map\b|from jax\.experimental import shard_map": "moved to jax.shard_map",
+    r"\bKeyArray\b|\bPRNGKeyArray\b": "jax.random.KeyArray (removed): jax.Array",
+    r"\.device_buffers?\b": ".device_buffer (removed): .addressable_shards",
+    r"\bjax\.config\.jax_\w+|\bconfig\.values\b": "jax.config.jax_* attribute reads (deprecated style): jax.config.read(name)",
+    r"\bjax\.core\.(?!Tracer\b)\w+|from jax\.core import": "jax.core internals (removed in 0.11): jax.extend",
+    r"\bjax\._src\b|\bjax\.interpreters\b|\bjax\.linear_util\b|\bjax\.abstract_arrays\b": "jax internals",
+    r"\bjax\.experimental\.host_callback\b": "host_callback (removed): jax.debug.callback / jax.pure_callback",
+    r"\bdevice_put_(replicated|sharded)\b": "deprecated in 0.11: jax.device_put",
+    r"\bxla_computation\b": "jax.xla_computation (removed): jax.jit(f).lower(...)",
+    r"\bDeviceArray\b": "DeviceArray (removed): jax.Array",
+    r"\bjax\.cloud_tpu_init\b": "removed in 0.11",
+    r"\bjnp\.empty(_like)?\b": "uninitialised since jax 0.11 (zeros before): jnp.zeros",
+}
+
+
+def _source_files():
+    for folder in ("fedalf_jax", "examples", "experiments"):
+        yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def test_no_jax_api_that_newer_jax_removes():
+    assert len(list(_source_files())) > 20
+    found = []
+    for path in _source_files():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for pattern, why in REMOVED_JAX_API.items():
+                if re.search(pattern, code):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}  ({why})")
+    assert not found, "\n".join(found)
+
+
+def test_the_scan_catches_what_it_lists():
+    """Each pattern matches the use it names (a pattern that matches nothing would pass any code)."""
+    uses = ["jax.tree_map(f, x)", "from jax.experimental.maps import xmap", "jax.lib.xla_bridge.get_backend()",
+            "from jax.experimental.pjit import pjit", "from jax.experimental.shard_map import shard_map",
+            "k: jax.random.KeyArray", "x.device_buffer", "jax.config.jax_enable_x64",
+            "jax.core.get_aval(x)", "from jax._src import core", "jax.experimental.host_callback.call",
+            "jax.device_put_sharded(xs, ds)", "jax.xla_computation(f)", "jnp.DeviceArray", "import jax.cloud_tpu_init",
+            "jnp.empty((3,))"]
+    for use, (pattern, why) in zip(uses, REMOVED_JAX_API.items()):
+        assert re.search(pattern, use), (use, why)
+    assert not any(re.search(p, "isinstance(x, jax.core.Tracer); jax.tree_util.tree_map(f, x); jax.shard_map")
+                   for p in REMOVED_JAX_API)
