@@ -135,6 +135,16 @@ def test_gpu_session_fails_loudly(tmp_path, python, needle):
     assert not (tmp_path / "out" / "bench").exists()
 
 
+def test_gpu_session_step_whose_command_fails_exits_with_its_status(tmp_path):
+    """A fedalf command that fails inside a step ends the script with that command's status (here 2: a
+    bad option), after one line naming the step; before, the script went on and exited 0."""
+    env = _env(PYTHON=sys.executable, OUT=str(tmp_path / "out"), ALLOW_CPU="1", SUITE="smoke", EXTRA="--rounds 0")
+    r = subprocess.run(["bash", str(SESSION), "1"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "rounds must be a positive integer" in r.stdout  # the command's own line, in the log too
+    assert "gpu_session: step 1 failed (exit 2)" in r.stderr and "step 1:" not in r.stdout
+
+
 def test_gpu_session_header_is_for_a_gpu_owner():
     text = SESSION.read_text()
     head = text[:text.index("set -euo pipefail")]
