@@ -282,10 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Round throughput. The default (the main job's FedALF CNN round on Fashion-MNIST, compiled "
                     "against a sequential client loop, 5 rounds each, and the server step alone) takes an estimated "
                     "2 minutes on a quiet 2-core CPU: the compilations and 5 x (2.7 + 3.2) s of timed rounds "
-                    "(docs/benchmarks.md; before this default, which counts no server depth on a CPU, it took 6.5 "
-                    "minutes). --sweep-width times the MLP "
-                    "unless --model cnn is given. Each measurement prints a line on stderr with its expected "
-                    "time; Ctrl-C stops at once, prints the table of what was measured and exits with 130.")
+                    "(docs/benchmarks.md). --sweep-width times the MLP unless --model cnn is given. Each "
+                    "measurement prints a line on stderr with its expected time; Ctrl-C stops at once, prints the "
+                    "table of what was measured and exits with 130.")
     b.add_argument("--config", default=None, help=_HELP["config"])
     b.add_argument("--repeats", type=int, default=None,
                    help="timed rounds per variant (median reported; default 5, a --suite sets its own)")
