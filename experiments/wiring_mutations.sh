@@ -219,4 +219,22 @@ mutate fedalf_jax/cli.py '            stream.reconfigure(errors="backslashreplac
   "files: a non-UTF-8 --out printed on a strict stdout (item 10)" "$TF -k utf8"
 mutate fedalf_jax/experiment/report.py '        path.write_text("\n".join(lines), errors="surrogateescape")' '        path.write_text("\n".join(lines))' \
   "files: report.md naming a non-UTF-8 folder (item 10)" "$TF -k utf8"
+# issue #29 items 4-6: fedalf bench a user can run, the GPU kit, the disk line, newer jax (labels start with "kit"),
+# tests/test_gpu_kit.py
+K=tests/test_gpu_kit.py
+mutate fedalf_jax/experiment/bench.py '        if INTERRUPT.requested:
+            raise BenchStopped(worker=t)' '        pass' "kit: Ctrl-C waits for the measurement in flight" "$K -k ctrl_c"
+mutate fedalf_jax/experiment/bench.py '    return compile_s + (wall - compile_s) * width / w' '    return wall * width / w' \
+  "kit: a sweep width predicted from the last width's whole wall time" "$K -k prediction"
+mutate fedalf_jax/cli.py '        cfg = cfg.replace(model="mlp")  # CPU-sized' '        pass  # CPU-sized' \
+  "kit: --sweep-width times the CNN by default" "$K -k defaults"
+mutate fedalf_jax/cli.py '[1, 8] if jax.default_backend() != "cpu" else [0]' '[1, 8] if jax.default_backend() != "cpu" else [1]' \
+  "kit: the CPU default counts the server depth" "$K -k defaults"
+mutate experiments/gpu_session.sh '    exit "$rc"' '    true' "kit: gpu_session goes on after a failing command" "$K -k command_fails"
+mutate experiments/gpu_session.sh 'PY=${PYTHON:-.venv/bin/python}' 'PY=python3' "kit: gpu_session runs the system python3" \
+  "$K -k smoke_step"
+mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compressed=compress)' '        pass' \
+  "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
+mutate fedalf_jax/experiment/bench.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
+  'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
 exit $status

@@ -283,7 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", required=True, help="folder for report.md, table.csv and the figures")
     rep.add_argument("--last", type=int, default=5,
                      help="evaluations averaged in the 'last evaluations' column (default: 5)")
-    b = sub.add_parser("bench", help="round throughput: compiled vmapped round vs a sequential client loop")
+    b = sub.add_parser(
+        "bench", help="round throughput: compiled vmapped round vs a sequential client loop",
+        description="Round throughput. The default (the main job's FedALF CNN round on Fashion-MNIST, compiled "
+                    "against a sequential client loop, 5 rounds each, and the server step alone) takes an estimated "
+                    "2 minutes on a quiet 2-core CPU: the compilations and 5 x (2.7 + 3.2) s of timed rounds "
+                    "(docs/benchmarks.md). --sweep-width times the MLP unless --model cnn is given. Each "
+                    "measurement prints a line on stderr with its expected time; Ctrl-C stops at once, prints the "
+                    "table of what was measured and exits with 130.")
     b.add_argument("--config", default=None, help=_HELP["config"])
     b.add_argument("--repeats", type=int, default=None,
                    help="timed rounds per variant (median reported; default 5, a --suite sets its own)")
@@ -292,11 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-sequential", action="store_true", help="time only the compiled round")
     b.add_argument("--sweep-width", type=int, nargs="+", default=None, metavar="W",
                    help="time a vmapped sweep of W runs against W separate runs, for each W, each call min(--eval-"
-                        "every, --rounds) rounds and their evaluation (default: none: time one round instead)")
+                        "every, --rounds) rounds and their evaluation; the MLP unless --model is given (the CNN's "
+                        "widths take minutes each on a CPU); each width's time is predicted from the last one's "
+                        "compile-free time (default: none: time one round instead)")
     b.add_argument("--depth-width", type=int, nargs="+", default=None, metavar="W",
                    help="FedLF/FedALF: also count the server's sequential loop trips per round (the QP solvers' "
-                        "own iteration counters) in a sweep of W runs, for each W (default: 1 8 on a GPU; 1 on "
-                        "a CPU, where 12 rounds of a W = 8 CNN sweep take ~25 minutes; 0: skip)")
+                        "own iteration counters) in a sweep of W runs, for each W (default: 1 8 on a GPU; none on "
+                        "a CPU, where W = 1 adds minutes to the CNN's default and 12 rounds of a W = 8 CNN "
+                        "sweep take ~25 minutes; 0: skip)")
     b.add_argument("--depth-rounds", type=int, default=12, metavar="R",
                    help="rounds counted by --depth-width (default 12: FedALF's history rows fill within the "
                         "first N/m rounds, and the QPs grow with them)")
@@ -396,6 +406,7 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    from .experiment import bench as B
     from .experiment.bench import bench, bench_sweep, format_bench, format_bench_sweep
     if args.repeats is not None and args.repeats < 1:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
@@ -407,22 +418,51 @@ def _cmd_bench(args) -> int:
         if v is not None:
             raise ConfigError(f"{flag} goes with --suite")
     cfg = config_from_args(args)
+    if args.sweep_width and "model" not in _given(args) and not (args.config and "model" in json.loads(
+            Path(args.config).read_text())):
+        cfg = cfg.replace(model="mlp")  # CPU-sized: the CNN's widths only when asked (--model cnn)
     repeats = 5 if args.repeats is None else args.repeats
-    if args.sweep_width:
-        res = bench_sweep(cfg, widths=args.sweep_width, repeats=repeats)
-    else:
-        if args.depth_rounds < 1:
-            raise ConfigError(f"--depth-rounds must be a positive integer, got {args.depth_rounds}")
-        import jax
-        depth = args.depth_width or ([1] if jax.default_backend() == "cpu" else [1, 8])
-        if any(w < 0 for w in depth):
-            raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {depth}")
-        res = bench(cfg, repeats=repeats, sequential=not args.no_sequential,
-                    depth_widths=[w for w in depth if w > 0], depth_rounds=args.depth_rounds)
+    partial: dict = {}
+    try:
+        with B.ctrl_c_stops():
+            if args.sweep_width:
+                res = B.stoppable(bench_sweep, cfg, widths=args.sweep_width, repeats=repeats, progress=B.say,
+                                  partial=partial)
+            else:
+                if args.depth_rounds < 1:
+                    raise ConfigError(f"--depth-rounds must be a positive integer, got {args.depth_rounds}")
+                import jax
+                depth = args.depth_width or ([1, 8] if jax.default_backend() != "cpu" else [0])
+                if any(w < 0 for w in depth):
+                    raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {depth}")
+                res = B.stoppable(bench, cfg, repeats=repeats, sequential=not args.no_sequential,
+                                  depth_widths=[w for w in depth if w > 0], depth_rounds=args.depth_rounds,
+                                  progress=B.say, partial=partial)
+    except B.BenchStopped as e:  # Ctrl-C: the table of what was measured, exit 130
+        res = {**partial, "interrupted": True}
+        done = bool(res.get("widths")) if args.sweep_width else "compiled_s_per_round" in res
+        if done:
+            print(format_bench_sweep(res) if args.sweep_width else format_bench(res))
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+        what = "the table above holds what was measured" if done else "nothing was measured yet"
+        print(f"fedalf bench: interrupted: {what}" + (f" (also in {args.json})" if args.json else ""),
+              file=sys.stderr)
+        return _bench_exit(e)
     print(format_bench_sweep(res) if args.sweep_width else format_bench(res))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
     return 0
+
+
+def _bench_exit(e) -> int:
+    """130 after a Ctrl-C; with the abandoned measurement still computing on its thread, leave at once
+    (no interpreter teardown under a running XLA computation: that ended in a segfault)."""
+    if e.worker is not None and e.worker.is_alive():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return 130
 
 
 def _bench_suite(args) -> int:
@@ -440,9 +480,17 @@ def _bench_suite(args) -> int:
         over = {k: v for k, v in json.loads(Path(args.config).read_text()).items() if k not in C.DERIVED_KEYS}
     over.update(_given(args))
     over.pop("out", None)
-    records = bench_suite(args.suite, args.out, over, parts=args.part or SUITE_PARTS, widths=args.sweep_width,
-                          repeats=args.repeats, sequential=not args.no_sequential, budget_s=args.budget,
-                          echo=lambda line: print(line, flush=True))
+    from .experiment import bench as B
+    try:
+        with B.ctrl_c_stops():
+            records = bench_suite(args.suite, args.out, over, parts=args.part or SUITE_PARTS, widths=args.sweep_width,
+                                  repeats=args.repeats, sequential=not args.no_sequential, budget_s=args.budget,
+                                  echo=lambda line: print(line, flush=True), progress=B.say)
+    except B.BenchStopped as e:  # its lines are printed and in table.txt, each measurement's JSON written
+        n = len(e.records or [])
+        print(f"fedalf bench: interrupted: {n - 1} measurement{'s' if n != 2 else ''} done, the one in flight "
+              f"recorded as interrupted -> {args.out}", file=sys.stderr)
+        return _bench_exit(e)
     print(f"{len(records)} measurements -> {args.out}")
     return 0
 

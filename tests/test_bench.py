@@ -209,11 +209,11 @@ def test_gpu_session_steps_fit_the_device_limit():
     assert subprocess.run(["bash", "-n", str(SESSION)], capture_output=True).returncode == 0
     text = SESSION.read_text()
     steps = dict(re.findall(r"^\s*(\d)\) LIMIT=\$\{2:-(\d+)\}", text, flags=re.M))
-    assert sorted(steps) == ["1", "2", "3"] and all(int(s) <= 540 for s in steps.values()), steps
+    assert sorted(steps) == ["0", "1", "2", "3"] and all(int(s) <= 540 for s in steps.values()), steps
     assert int(re.search(r"^MAX_STEP_S=(\d+)$", text, flags=re.M).group(1)) <= 540
     # every timed command gets what is left of its step's limit (less a margin), never a fixed number
     timed = re.findall(r"^\s*budget (\$\(\(.*?\)\)|\S+)", text, flags=re.M)
-    assert len(timed) == 2 and all(re.fullmatch(r"\$\(\( \$\(left\) - \d+ \)\)", t) for t in timed), timed
+    assert len(timed) == 3 and all(re.fullmatch(r"\$\(\( \$\(left\) - \d+ \)\)", t) for t in timed), timed
     code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
     assert code.count("timeout ") == 1 and 'timeout --foreground -s INT -k 10 "$1"' in code  # budget()'s
     for argv, msg in ((["9"], "usage"), (["2", "541"], "60..540")):

@@ -5,8 +5,12 @@ Python loop, then the same ``server_step``), measured in one process. Medians af
 
 from __future__ import annotations
 
+import contextlib
 import resource
+import signal
 import statistics
+import sys
+import threading
 import time
 
 import jax
@@ -42,50 +46,67 @@ def make_sequential(spec):
     return lambda state, hp, data: sequential_round(spec, client_j, server_j, sel_j, state, hp, data)
 
 
-def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_widths=(), depth_rounds: int = 12) -> dict:
+def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_widths=(), depth_rounds: int = 12,
+          progress=None, partial: dict | None = None) -> dict:
     """Round time of ``cfg``'s compiled round (and the sequential loop), the server step's time, and
-    with ``depth_widths`` (FedLF/FedALF) the server's sequential depth (:func:`server_depth`)."""
+    with ``depth_widths`` (FedLF/FedALF) the server's sequential depth (:func:`server_depth`).
+
+    ``progress``: called with one line per measurement, with its expected duration once the first timed
+    round gives one (``fedalf bench`` prints them on stderr). ``partial``: the result dict, filled as
+    each figure is measured (a Ctrl-C keeps what is in it)."""
+    say = progress or (lambda line: None)
+    res = {} if partial is None else partial
+    say(f"loading the data and building the {cfg.algorithm} round (model {cfg.model}, {cfg.dataset} data)")
     exp = build(cfg)
     spec, hp, data = exp.spec, exp.hp, exp.data
-    state = init_state(spec, cfg.seed)
-    t0 = time.perf_counter()
-    compiled = jax.jit(lambda s, h, d: run_rounds(spec, s, h, d, 1)).lower(state, hp, data).compile()
-    compile_s = time.perf_counter() - t0
-    box = {"compiled": state, "sequential": state}
-    seq = make_sequential(spec) if sequential else None
-    variants = {"compiled": lambda s: compiled(s, hp, data)[0]}
-    if seq is not None:
-        variants["sequential"] = lambda s: seq(s, hp, data)[0]
-        box["sequential"] = jax.block_until_ready(variants["sequential"](state))  # compile it
-    times = {k: [] for k in variants}
-    for _ in range(repeats):  # interleaved, so that both see the same machine load
-        for name, fn in variants.items():
-            t0 = time.perf_counter()
-            box[name] = jax.block_until_ready(fn(box[name]))
-            times[name].append(time.perf_counter() - t0)
     steps = cfg.local_epochs * steps_per_epoch(int(data.train_idx.shape[1]), cfg.batch_size)
-    client_steps = cfg.clients_per_round * steps
-    res = {
+    res.update({
         "backend": jax.default_backend(),
         "device": str(jax.devices()[0]),
         "algorithm": cfg.algorithm, "model": cfg.model, "dataset": cfg.dataset,
         "client_map": spec.client_map,
         "conv_impl": default_conv_impl() if cfg.conv_impl == "auto" else cfg.conv_impl,
-        "clients_per_round": cfg.clients_per_round, "steps_per_client": steps,
-        "compile_s": round(compile_s, 3),
-        "compiled_s_per_round": statistics.median(times["compiled"]),
-        "compiled_times": times["compiled"],
-    }
+        "clients_per_round": cfg.clients_per_round, "steps_per_client": steps})
+    state = init_state(spec, cfg.seed)
+    say("compiling the round (once per program; seconds to minutes) ...")
+    t0 = time.perf_counter()
+    compiled = jax.jit(lambda s, h, d: run_rounds(spec, s, h, d, 1)).lower(state, hp, data).compile()
+    compile_s = time.perf_counter() - t0
+    res["compile_s"] = round(compile_s, 3)
+    box = {"compiled": state, "sequential": state}
+    seq = make_sequential(spec) if sequential else None
+    variants = {"compiled": lambda s: compiled(s, hp, data)[0]}
+    if seq is not None:
+        say("compiling the sequential loop (one jitted call per client) ...")
+        variants["sequential"] = lambda s: seq(s, hp, data)[0]
+        box["sequential"] = jax.block_until_ready(variants["sequential"](state))  # compile it
+    times = {k: [] for k in variants}
+    for r in range(repeats):  # interleaved, so that both see the same machine load
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            box[name] = jax.block_until_ready(fn(box[name]))
+            times[name].append(time.perf_counter() - t0)
+        if r == 0:
+            one = sum(t[0] for t in times.values())
+            say(f"timing {repeats} round{'s' if repeats != 1 else ''} of the "
+                f"{' and the '.join(f'{k} round' if k == 'compiled' else f'{k} loop' for k in variants)}: "
+                f"~{duration(one * (repeats - 1))} more (one of each took {duration(one)})")
+    client_steps = cfg.clients_per_round * steps
+    res["compiled_s_per_round"] = statistics.median(times["compiled"])
+    res["compiled_times"] = times["compiled"]
     res["rounds_per_s"] = 1.0 / res["compiled_s_per_round"]
     res["client_steps_per_s"] = client_steps / res["compiled_s_per_round"]
     if seq is not None:
         res["sequential_s_per_round"] = statistics.median(times["sequential"])
         res["sequential_times"] = times["sequential"]
         res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
+    say(f"timing the server step alone: compiling, then {repeats} calls of "
+        f"< {duration(res['compiled_s_per_round'])} each")
     res["server_s"] = server_seconds(spec, state, hp, data, repeats)
     res["server_share"] = res["server_s"] / res["compiled_s_per_round"]
     if depth_widths:
-        res["server_depth"] = server_depth(cfg, widths=tuple(depth_widths), rounds=depth_rounds)
+        res["server_depth"] = server_depth(cfg, widths=tuple(depth_widths), rounds=depth_rounds, progress=say,
+                                           round_s=res["compiled_s_per_round"])
     res["peak_memory_mb"] = _peak_memory_mb()
     return res
 
@@ -112,7 +133,7 @@ def _peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # host RSS on CPU (KiB on Linux)
 
 
-def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
+def bench_sweep(cfg: Config, *, widths, repeats: int = 3, progress=None, partial: dict | None = None) -> dict:
     """A vmapped sweep of ``W`` runs (seeds ``seed .. seed+W−1``) against the same ``W`` runs as separate
     single-run programs, one chunk of ``eval_every`` rounds with its evaluation per call, in one process
     (medians). ``speedup`` > 1: the sweep is faster than its runs one after another.
@@ -122,14 +143,27 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
     each; the sweep's calls are spread among the single runs, so that both see the same machine load.
     A single run's inputs and state are built just before its calls and dropped after them: beside the
     sweep's ``W`` states, at most one single run's lives (not ``W``: issue 14). The separate time of
-    repeat ``r`` is the sum of the runs' ``r``-th calls, which compute the same rounds as the sweep's."""
+    repeat ``r`` is the sum of the runs' ``r``-th calls, which compute the same rounds as the sweep's.
+
+    ``progress``: called with one line per width, with its predicted duration (:func:`predict_width_s`,
+    from the widths already measured), and the time left once its first calls are timed. ``partial``:
+    the result dict, each width's figures added as soon as they are measured."""
     from .loop import Program, default_run_map
     from .sweep import _Group
+    say = progress or (lambda line: None)
     length = min(cfg.eval_every, cfg.rounds)
-    res = {"backend": jax.default_backend(), "device": str(jax.devices()[0]), "algorithm": cfg.algorithm,
-           "model": cfg.model, "dataset": cfg.dataset, "rounds_per_call": length, "widths": {},
-           "run_map": default_run_map() if cfg.run_map == "auto" else cfg.run_map}
+    res = {} if partial is None else partial
+    res.update({"backend": jax.default_backend(), "device": str(jax.devices()[0]), "algorithm": cfg.algorithm,
+                "model": cfg.model, "dataset": cfg.dataset, "rounds_per_call": length, "widths": {},
+                "run_map": default_run_map() if cfg.run_map == "auto" else cfg.run_map})
+    measured = []  # (width, wall seconds, compile seconds) of the widths done
     for width in widths:
+        w0 = time.perf_counter()
+        predicted = predict_width_s(width, measured)
+        say(f"sweep of W={width} run{'s' if width != 1 else ''} against {width} separate run"
+            f"{'s' if width != 1 else ''}: " + (f"~{duration(predicted)} predicted (from W={measured[-1][0]} "
+                                                 f"without its compilation), compiling ..." if predicted is not None
+                                                 else "compiling ..."))
         group = _Group([(cfg.replace(seed=cfg.seed + i, out=None), None) for i in range(width)])
         swept = group.inputs(list(range(width)))
         t0 = time.perf_counter()
@@ -137,7 +171,9 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
         compile_sweep = time.perf_counter() - t0
         state, rest = swept[0], swept[1:]
         del swept
+        t0 = time.perf_counter()
         state = jax.block_until_ready(f_sweep(state, *rest)[0])  # warm-up (its state buffers are donated)
+        t_call = time.perf_counter() - t0
         one, f_one, compile_one = Program(group.spec), None, 0.0
         sweep_before = [r * width // repeats for r in range(repeats)]  # the single run the sweep's r-th call precedes
         t_sweep, t_sep = [], [0.0] * repeats
@@ -147,7 +183,12 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
                 t0 = time.perf_counter()
                 f_one = one.compiled(length, *ins)
                 compile_one = time.perf_counter() - t0
+            t0 = time.perf_counter()
             s = jax.block_until_ready(f_one(ins[0], *ins[1:])[0])  # this run's warm-up
+            if i == 0:  # the sweep's and a single run's calls are timed: the rest of this width
+                t_one = time.perf_counter() - t0
+                say(f"  W={width}: timing {repeats} call{'s' if repeats != 1 else ''} of the sweep and of each run: "
+                    f"~{duration(repeats * t_call + (width * (repeats + 1) - 1) * t_one)} more")
             for r in range(repeats):
                 if sweep_before[r] == i:
                     t0 = time.perf_counter()
@@ -164,8 +205,86 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3) -> dict:
             "sweep_s_per_run_round": sw / (width * length), "separate_s_per_run_round": sep / (width * length),
             "compile_sweep_s": round(compile_sweep, 3), "compile_single_s": round(compile_one, 3),
             "sweep_times": t_sweep, "separate_times": t_sep}
+        measured.append((width, time.perf_counter() - w0, compile_sweep + compile_one))
     res["peak_memory_mb"] = _peak_memory_mb()
     return res
+
+
+def predict_width_s(width: int, measured) -> float | None:
+    """Seconds the sweep-width measurement of ``width`` will take, from the last width measured:
+    ``measured`` holds ``(width, wall seconds, compile seconds)``. Its compile-free time (the timed and
+    warm-up calls: the sweep's and its runs', each ∝ the width) scales with the width; the compilation
+    (about the same for every width) is added once, not scaled: a W = 1 that took 61 s of which 60 s
+    compiling predicts 68 s for W = 8, not 488 s. ``None`` before any width is measured."""
+    if not measured:
+        return None
+    w, wall, compile_s = measured[-1]
+    compile_s = min(max(compile_s, 0.0), wall)
+    return compile_s + (wall - compile_s) * width / w
+
+
+# ---- Ctrl-C: stop now, keep what was measured -------------------------------------------------------------
+
+class BenchStopped(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, where the run loop's :data:`~fedalf_jax.experiment.loop.INTERRUPT` catches it)
+    stopped a measurement. ``records``: a suite's records so far; ``worker``: the thread still computing
+    the abandoned measurement (the command line leaves with ``os._exit``, never tearing the interpreter
+    down under a running XLA computation)."""
+
+    def __init__(self, records=None, worker=None):
+        super().__init__("fedalf bench: interrupted")
+        self.records, self.worker = records, worker
+
+
+def say(line: str) -> None:
+    """A progress line of ``fedalf bench`` (stderr, so that stdout keeps only the table)."""
+    print(f"fedalf bench: {line}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def ctrl_c_stops():
+    """While active, Ctrl-C sets the run loop's ``INTERRUPT.requested`` (which :func:`stoppable` polls)
+    with bench's own message; a second Ctrl-C leaves at once (``os._exit(130)`` on the command line).
+    The loop's :data:`INTERRUPT` installs and restores the handlers (SIGTERM too, where it does)."""
+    from .loop import INTERRUPT
+    with INTERRUPT.active():
+        if threading.current_thread() is threading.main_thread():
+            def handle(signum, frame):
+                if not INTERRUPT.requested:
+                    INTERRUPT.requested = True
+                    print("\nfedalf bench: Ctrl-C: stopping the measurement in flight; what was measured follows "
+                          "(Ctrl-C again to leave now)", file=sys.stderr, flush=True)
+                    return
+                if INTERRUPT.hard_exit:
+                    import os
+                    os._exit(130)
+                raise KeyboardInterrupt
+            signal.signal(signal.SIGINT, handle)
+        yield
+
+
+def stoppable(fn, *args, **kw):
+    """``fn(*args, **kw)`` on a worker thread while this thread waits in short slices (the run loop's
+    ``_interruptible`` pattern), raising :class:`BenchStopped` as soon as a Ctrl-C is requested, without
+    waiting for the computation in flight (which may take minutes: a measurement is only a timing)."""
+    from .loop import INTERRUPT
+    box: dict = {}
+
+    def work():
+        try:
+            box["out"] = fn(*args, **kw)
+        except BaseException as e:  # noqa: BLE001 -- re-raised in the caller
+            box["err"] = e
+
+    t = threading.Thread(target=work, daemon=True, name="fedalf-bench")
+    t.start()
+    while t.is_alive():
+        if INTERRUPT.requested:
+            raise BenchStopped(worker=t)
+        t.join(0.1)
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
 
 
 # ---- suites: a fixed list of measurements, one JSON each, written as soon as it is measured ---------------
@@ -251,13 +370,15 @@ def _write_json(path, obj) -> None:
 
 
 def bench_suite(name: str, out, overrides: dict | None = None, *, parts=SUITE_PARTS, widths=None, repeats=None,
-                sequential: bool = True, budget_s: float | None = None, echo=print) -> list[dict]:
+                sequential: bool = True, budget_s: float | None = None, echo=print, progress=None) -> list[dict]:
     """Run suite ``name`` (:data:`SUITES`): each measurement's JSON lands in ``out`` (``<name>.json``) and
     its table line goes to ``echo`` as soon as it is measured. The sweep widths run one ``bench_sweep``
     call each, smallest first; the first that runs out of memory is recorded (``"note": "out of
     memory"``) and ends the widths. With ``budget_s``, a measurement predicted not to finish within
     what is left of it (from the ones already measured) is recorded as skipped instead of started.
-    Returns the records."""
+    ``progress``: one line per measurement before it starts, with its predicted seconds. Ctrl-C (under
+    :func:`ctrl_c_stops`) records the measurement in flight as interrupted and raises
+    :class:`BenchStopped` with the records. Returns the records."""
     import gc
     import platform
     from pathlib import Path
@@ -270,7 +391,8 @@ def bench_suite(name: str, out, overrides: dict | None = None, *, parts=SUITE_PA
         f.write(SUITE_HEADER + "\n")
     records, stop_sweep, fits = [], None, None
     walls = {"round": [], "sweep": []}  # (width or 1, wall seconds) of the measured ones
-    for item in plan:
+    say = progress or (lambda line: None)
+    for k, item in enumerate(plan):
         cfg = item["config"]
         rec = {"suite": name, "name": item["name"], "kind": item["kind"], "repeats": item["repeats"],
                "jax": jax.__version__, "python": platform.python_version(), "config": cfg.to_dict()}
@@ -285,13 +407,25 @@ def bench_suite(name: str, out, overrides: dict | None = None, *, parts=SUITE_PA
             if item["kind"] == "sweep":
                 stop_sweep = f"width {item['width']} was skipped (budget)"
         else:
+            say(f"[{k + 1}/{len(plan)}] {item['name']}: " + (f"~{duration(predicted)} predicted" if predicted is not None
+                                                             else "compiling, then timing ..."))
             t0 = time.perf_counter()
             try:
                 if item["kind"] == "round":
-                    rec["result"] = bench(cfg, repeats=item["repeats"], sequential=item["sequential"])
+                    rec["result"] = stoppable(bench, cfg, repeats=item["repeats"], sequential=item["sequential"])
                 else:
-                    rec["result"] = bench_sweep(cfg, widths=[item["width"]], repeats=item["repeats"])
+                    rec["result"] = stoppable(bench_sweep, cfg, widths=[item["width"]], repeats=item["repeats"])
                     fits = item["width"]
+            except BenchStopped as e:  # Ctrl-C: this measurement is recorded as interrupted, the rest not at all
+                rec["wall_s"] = time.perf_counter() - t0
+                rec["note"] = "interrupted (Ctrl-C)"
+                _write_json(out / f"{item['name']}.json", rec)
+                echo(suite_line(rec))
+                with open(out / "table.txt", "a") as f:
+                    f.write(suite_line(rec) + "\n")
+                records.append(rec)
+                e.records = records
+                raise
             except Exception as e:  # noqa: BLE001 -- only running out of memory is a result; the rest propagates
                 if not is_out_of_memory(e):
                     raise
@@ -302,7 +436,7 @@ def bench_suite(name: str, out, overrides: dict | None = None, *, parts=SUITE_PA
                     stop_sweep = f"width {item['width']} ran out of memory"
             rec["wall_s"] = time.perf_counter() - t0
             if "result" in rec:
-                walls[item["kind"]].append((item.get("width", 1), rec["wall_s"]))
+                walls[item["kind"]].append((item.get("width", 1), rec["wall_s"], _compile_s(rec)))
             gc.collect()  # the failed or finished measurement's device buffers go before the next one
         _write_json(out / f"{item['name']}.json", rec)
         line = suite_line(rec)
@@ -314,17 +448,26 @@ def bench_suite(name: str, out, overrides: dict | None = None, *, parts=SUITE_PA
 
 
 def _predict(item: dict, measured: list) -> float | None:
-    """Seconds a measurement will take, from the measured ones of its kind: a round, the longest of
-    them; a sweep width, the last width's time scaled by the width (its W separate runs dominate)."""
+    """Seconds a measurement will take, from the measured ones of its kind (``(width, wall, compile)``):
+    a round, the longest of them; a sweep width, :func:`predict_width_s` (the last width's compile-free
+    time scaled by the width, plus its compilation once)."""
     if not measured:
         return None
     if item["kind"] == "round":
-        return max(w for _, w in measured)
-    width, wall = measured[-1]
-    return wall * item["width"] / width
+        return max(w for _, w, _ in measured)
+    return predict_width_s(item["width"], measured)
 
 
-def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12) -> dict:
+def _compile_s(rec: dict) -> float:
+    """The compilation seconds of a suite record (a sweep width: the sweep's and the single run's)."""
+    res = rec.get("result") or {}
+    if rec["kind"] == "round":
+        return float(res.get("compile_s") or 0.0)
+    wres = (res.get("widths") or {}).get(str(rec["width"]), {})
+    return float(wres.get("compile_sweep_s") or 0.0) + float(wres.get("compile_single_s") or 0.0)
+
+
+def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12, progress=None, round_s=None) -> dict:
     """The server step's sequential depth: its loop trips per round, counted from the solvers' own
     iteration counters (the metric ``qp_iters``: per merge step one trip plus the slowest layer's QP
     iterations), for a sweep of ``W`` runs (seeds ``seed .. seed+W−1``) in one program, per width.
@@ -334,6 +477,7 @@ def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12) -> dict:
     depth is the slowest run's (``max``; exact when no run merges blocks, a lower bound otherwise);
     one after another (``run_map`` ``map``, or the ``osqp`` solver, whose batch shares one ADMM loop
     and so runs once per run), it is the sum over the runs. ``trips_per_run_round`` divides by ``W``.
+    ``progress``: called with one line per width (its expected time from ``round_s``, one round's seconds).
     For ``osqp`` the count is its ADMM steps and polish steps; each ADMM step also runs an inner CG
     loop that jaxopt does not count, so it is a lower bound. ``{}`` for algorithms without a QP.
     """
@@ -345,6 +489,10 @@ def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12) -> dict:
     run_map = default_run_map() if cfg.run_map == "auto" else cfg.run_map
     res = {"rounds": rounds, "run_map": run_map, "widths": {}}
     for width in widths:
+        if progress is not None:
+            rest = (f", then ≤ ~{duration(rounds * width * round_s)} ({rounds} rounds × {width} run"
+                    f"{'s' if width != 1 else ''} × {duration(round_s)}, and an evaluation)" if round_s else "")
+            progress(f"counting the server's loop trips over {rounds} rounds of W={width}: compiling{rest}")
         group = _Group([(cfg.replace(seed=cfg.seed + i, out=None), None) for i in range(width)])
         state, hp, data = group.inputs(list(range(width)))
         program = Program(group.spec, batched=True, data_axes=group.axes, run_map=group.run_map)
@@ -417,18 +565,24 @@ def format_bench(res: dict) -> str:
         how += f", convolution {res['conv_impl']}"
     head = (f"fedalf bench: {algo}, model {model}, {res['dataset']} data, on {res['backend']} ({res['device']})\n"
             f"  {res['clients_per_round']} clients per round, {res['steps_per_client']} local SGD steps each; {how}")
-    rows = [("compiled round", duration(res["compiled_s_per_round"]) + "/round",
-             f"{sig(res['rounds_per_s'])} rounds/s, {sig(res['client_steps_per_s'])} client steps/s")]
+    rows = []
+    if "compiled_s_per_round" in res:  # a result cut short by Ctrl-C lacks the figures not yet measured
+        rows.append(("compiled round", duration(res["compiled_s_per_round"]) + "/round",
+                     f"{sig(res['rounds_per_s'])} rounds/s, {sig(res['client_steps_per_s'])} client steps/s"))
     if "sequential_s_per_round" in res:
         rows.append(("sequential loop", duration(res["sequential_s_per_round"]) + "/round",
                      "the same math, one jitted call per client, then the server step"))
         rows.append(("speedup", f"{sig(res['speedup'])}×", "sequential loop / compiled round"))
     work = _SERVER_WORK.get(algo, "the weighted mean of the uploads and the model update")
-    rows.append(("server step", duration(res["server_s"]) + "/round",
-                 f"server share {sig(100 * res['server_share'])}% of the compiled round: {work}, timed alone"))
-    rows.append(("compile", duration(res["compile_s"]), "once per program (a load when the compilation cache has it)"))
-    mem, where = _memory(res["peak_memory_mb"], res["backend"])
-    rows.append(("peak memory", mem, where))
+    if "server_s" in res:
+        rows.append(("server step", duration(res["server_s"]) + "/round",
+                     f"server share {sig(100 * res['server_share'])}% of the compiled round: {work}, timed alone"))
+    if "compile_s" in res:
+        rows.append(("compile", duration(res["compile_s"]),
+                     "once per program (a load when the compilation cache has it)"))
+    if "peak_memory_mb" in res:
+        mem, where = _memory(res["peak_memory_mb"], res["backend"])
+        rows.append(("peak memory", mem, where))
     depth = res.get("server_depth") or {}
     for w, d in (depth.get("widths") or {}).items():
         rows.append((f"server depth, W={w}", f"{sig(d['trips_per_round'])} trips/round",
@@ -436,7 +590,7 @@ def format_bench(res: dict) -> str:
                      f"(median of {depth['rounds']} rounds, max {d['trips_per_round_max']}; "
                      f"{sig(d['trips_per_run_round'])} per run); QP solver {depth['qp_method']}, "
                      f"runs {d['runs_share']}"))
-    return "\n".join([head] + _rows(rows))
+    return "\n".join([head] + (_rows(rows) if rows else []))
 
 
 def format_bench_sweep(res: dict) -> str:
@@ -453,7 +607,7 @@ def format_bench_sweep(res: dict) -> str:
                      duration(d["compile_sweep_s"]), duration(d["compile_single_s"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [head] + ["  " + "  ".join(c.rjust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-    mem, where = _memory(res["peak_memory_mb"], res["backend"])
+    mem, where = _memory(res["peak_memory_mb"] if "peak_memory_mb" in res else _peak_memory_mb(), res["backend"])
     lines.append(f"  speedup: the W separate runs' time / the sweep's (> 1: the sweep is faster); peak memory "
                  f"{mem} ({where})")
     return "\n".join(lines)

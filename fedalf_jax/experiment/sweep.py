@@ -152,9 +152,42 @@ def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None
             chosen = choose_chunk(configs, limit=memory_limit, progress=progress, programs=programs)
         compress = RunDir(root).compress if compress_checkpoints is None else bool(compress_checkpoints)  # or the env's
         plan(configs, root, {**(meta or {}), "chunk": chosen, "compress_checkpoints": compress}, same=shard is not None)
+        check_disk(configs, root, compressed=compress)
         # chunk None: the one sweep.json records (this process's choice, or that of the slice that planned it)
         return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=None, programs=programs,
                        compress=compress_checkpoints)
+
+
+def checkpoint_bytes(configs: list[Config]) -> tuple[int, int]:
+    """``(bytes of all the runs' checkpoints, bytes of the largest one)``, uncompressed: each run's state
+    (its shapes from ``jax.eval_shape``: nothing is computed)."""
+    total, largest, sizes = 0, 0, {}
+    for c in configs:
+        key = static_key(c)
+        if key not in sizes:
+            spec = make_spec(c, load_pool(c))
+            sizes[key] = _nbytes(jax.eval_shape(lambda: init_state(spec, c.seed)))
+        total, largest = total + sizes[key], max(largest, sizes[key])
+    return total, largest
+
+
+def check_disk(configs: list[Config], root: Path, *, compressed: bool = False, announce=say) -> Optional[int]:
+    """Before a sweep starts: when its checkpoints (one per run, plus the one being written) need more
+    than the free space under ``root`` (``shutil.disk_usage``), say so in one line; returns the bytes
+    needed then, else ``None``. Compressed checkpoints are smaller by an amount not known in advance
+    (float weights compress little), so the line says the uncompressed size."""
+    import shutil
+    total, largest = checkpoint_bytes(configs)
+    need = total + largest
+    free = shutil.disk_usage(root).free
+    if need <= free:
+        return None
+    n = len(configs)
+    announce(f"warning: this sweep's checkpoints need ~{_gb(need)} (one per run: {n} run{'s' if n != 1 else ''}, "
+             f"~{_gb(total)}, plus one being written{', uncompressed' if compressed else ''}), more than the "
+             f"{_gb(free)} free in {root}; free space or choose --out on a larger disk, or the sweep stops at the "
+             f"first checkpoint that does not fit (--resume continues it)")
+    return need
 
 
 def _check_chunk(chunk) -> None:
