@@ -156,3 +156,33 @@ def test_a_declared_private_upload_is_recorded_as_the_algorithms_own_claim():
     assert rec["guarantee"] == "holds" and rec["why"] == why
     builtin = privacy_guarantee(Config(algorithm="fedavg", ldp="adaptive"))[1]
     assert "declaration" not in builtin and "by post-processing the mechanism's guarantee holds" in builtin
+
+
+# ---- item 15: the accountant's inputs are bounded -------------------------------------------------
+
+ACCOUNTANT_CALLS = [
+    ("A.central(2.0, 1e-5, q=1e-9, rounds=10)", "q=1e-09 is outside the accountant's range [1e-05, 1]"),
+    ("A.gaussian_local(1e9, 1e-5, 3)", "epsilon=1e+09 is outside the accountant's range [0, 100]"),
+    ("A.central(500.0, 1e-5, 0.1, 10)", "epsilon=500 is outside the accountant's range [0.05, 100]"),
+    ("A.central_epsilon(1e-3, 0.1, 10, 1e-5)", "noise_multiplier=0.001 is outside the accountant's range"),
+]
+
+
+@pytest.mark.parametrize("call, message", ACCOUNTANT_CALLS)
+def test_accountant_refuses_inputs_it_cannot_account_in_one_line(call, message):
+    """In a subprocess with a timeout: these calls hung (q = 1e-9: over 10 minutes) or failed deep inside
+    dp-accounting's PLD (an allocation of hundreds of GiB)."""
+    code = (f"from fedalf_jax.experiment import accounting as A\ntry:\n    {call}\nexcept ValueError as e:\n"
+            f"    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("refused:")]
+    assert len(lines) == 1 and message in lines[0], (out.stdout, out.stderr[-2000:])
+
+
+def test_config_refuses_a_central_run_the_accountant_cannot_account():
+    from fedalf_jax.experiment.config import ConfigError
+    with pytest.raises(ConfigError, match=r"epsilon 500 is outside the privacy accountant's range for dp central"):
+        Config(dp="central", epsilon=500.0, algorithm="fedavg").validated()
+    with pytest.raises(ConfigError, match=r"clients_per_round/clients = 1e-06 is below"):
+        Config(dp="central", epsilon=2.0, algorithm="fedavg", clients=1000000, clients_per_round=1).validated()
+    Config(dp="gaussian", epsilon=1000.0, algorithm="fedavg").validated()  # runs; its summary records the refusal

@@ -71,6 +71,11 @@ HEADLINE_MARGIN = 0.01  # LDP: a composition at δ' > 0 is the headline only whe
 _PLD_LOCAL = 1e-2     # PLD discretisation (of the privacy loss) for the local Gaussian: ε within ~1e-5
 _PLD_CENTRAL = 1e-3   # for the Poisson-sampled Gaussian: ε within ~2e-4
 _PLD_RR = 1e-4        # randomized response: each of the k compositions adds its rounding (up to ~k·1e-4)
+# The accountants' inputs are bounded: beyond these the PLD's arrays explode (a hang, or an allocation of
+# hundreds of GiB deep inside dp_accounting) or its calibration misses its target.
+EPSILON_MAX = 100.0   # a Gaussian's ε (local and central)
+EPSILON_MIN_CENTRAL = 0.05  # central calibration below this misses its target (ε = 0.01 gave 0.0046)
+Q_MIN = 1e-5          # central sampling rate m/N (q = 1e-6 did not return in 40 s, 1e-9 in 10 minutes)
 
 
 # ---- checks ---------------------------------------------------------------------------------------
@@ -89,6 +94,12 @@ def _prob(name: str, v, *, one: bool = False) -> float:
     x = _pos(name, v)
     if x > 1 or (x == 1 and not one):
         raise ValueError(f"{name}={v!r} must lie in (0, 1{']' if one else ')'}")
+    return x
+
+
+def _within(name: str, x: float, lo: float, hi: float, why: str) -> float:
+    if not lo <= x <= hi:
+        raise ValueError(f"{name}={x:g} is outside the accountant's range [{lo:g}, {hi:g}] ({why})")
     return x
 
 
@@ -180,6 +191,7 @@ def _realised_counts(cfg: Any, rounds_done: int, counts: Optional[Sequence[int]]
 def noise_multiplier_local(epsilon: float, delta: float) -> float:
     """``z = σ/Δ₂ = sqrt(2 ln(1.25/δ))/ε``: the classic calibration of ``privacy.gaussian_sigma``."""
     epsilon, delta = _pos("epsilon", epsilon), _prob("delta", delta)
+    _within("epsilon", epsilon, 0.0, EPSILON_MAX, "a Gaussian with so little noise cannot be accounted")
     return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
@@ -310,6 +322,8 @@ def central_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float
     replacement accounted as Poisson sampling with ``q = m/N``). ``accountant``: ``"rdp"``, ``"pld"`` or
     ``"tighter"`` (the smaller of the two)."""
     z, q, delta = _pos("noise_multiplier", noise_multiplier), _prob("q", q, one=True), _prob("delta", delta)
+    _within("q", q, Q_MIN, 1.0, "the sampling rate clients_per_round/clients of central DP")
+    _within("noise_multiplier", z, 0.05, math.inf, "less noise than this cannot be accounted")
     rdp, pld = _central_composed(z, q, _count("rounds", rounds), delta)
     try:
         return {"rdp": rdp, "pld": pld, "tighter": min(rdp, pld)}[accountant]
@@ -359,6 +373,8 @@ def central_noise_multiplier(epsilon: float, delta: float, q: float, rounds: int
     ``epsilon`` back."""
     epsilon, delta, q = _pos("epsilon", epsilon), _prob("delta", delta), _prob("q", q, one=True)
     rounds = _count("rounds", rounds)
+    _within("epsilon", epsilon, EPSILON_MIN_CENTRAL, EPSILON_MAX, "central DP's calibration")
+    _within("q", q, Q_MIN, 1.0, "the sampling rate clients_per_round/clients of central DP")
     if rounds == 0:
         raise ValueError("rounds=0: a run of no rounds releases nothing; no noise multiplier to calibrate")
     return _calibrate(epsilon, delta, q, rounds)

@@ -392,6 +392,7 @@ class Config:
                               f"lower --clients-per-round or raise --clients")
         for name in ("lr", "alpha", "epsilon", "clip"):
             _pos_float(name, getattr(self, name))
+        _check_accountable(self)
         if self.rho is not None:
             _pos_float("rho", self.rho)
         for name in ("mu", "q", "merge_tol"):
@@ -426,6 +427,24 @@ class Config:
 _ADMM = ("fedadmm", "fedalf")  # make_admm_upload: the upload may carry the dual
 _SENDS_LOSS = ("qfedavg", "fedlf", "fedalf")  # Algorithm.needs_loss: l_i = f_i(θ_t) is uploaded
 _WEIGHTED_BY_N = ("fedavg", "fedprox")  # weighted_mean_server: p_i = n_i / Σ n_j
+
+
+def _check_accountable(cfg: "Config") -> None:
+    """The privacy accountant's input ranges (accounting.EPSILON_MAX, EPSILON_MIN_CENTRAL, Q_MIN): beyond
+    them dp-accounting hangs or fails deep inside; one line naming the input and its range instead. Only
+    central DP needs the accountant to run (it calibrates the noise); a local Gaussian run outside the range
+    runs, and its summary records the accountant's one-line refusal instead of privacy_spent."""
+    from . import accounting as A
+    if cfg.dp != "central":
+        return
+    eps = float(cfg.epsilon)
+    if not (A.EPSILON_MIN_CENTRAL <= eps <= A.EPSILON_MAX):
+        raise ConfigError(f"epsilon {eps:g} is outside the privacy accountant's range for dp central "
+                          f"([{A.EPSILON_MIN_CENTRAL:g}, {A.EPSILON_MAX:g}]); choose --epsilon in it")
+    q = cfg.clients_per_round / cfg.clients
+    if q < A.Q_MIN:
+        raise ConfigError(f"clients_per_round/clients = {q:g} is below the privacy accountant's range for dp central "
+                          f"(q >= {A.Q_MIN:g}); raise --clients-per-round or lower --clients")
 
 
 def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
