@@ -113,7 +113,9 @@ def _effective_epsilon(w, eps):
 
 TENSORS = {
     "wide": np.linspace(-1.0, 1.0, 2001, dtype=np.float32),
-    "narrow beside its centre": np.float32(0.9) + np.linspace(-1.5e-6, 1.5e-6, 201, dtype=np.float32),
+    # 26 consecutive float32 numbers from 0.9: max + min is odd in the last place, so the centre rounds and
+    # (w − c)/r passes ±1 by 1/50 (the direct formula's probability clipped to exactly 0, at ε = 5 already)
+    "narrow beside its centre": np.float32(0.9) + np.float32(2.0 ** -24) * np.arange(26, dtype=np.float32),
     "small": np.float32(0.4) + np.linspace(-2.4e-3, 2.4e-3, 2001, dtype=np.float32),
 }
 
