@@ -237,4 +237,20 @@ mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compres
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
 mutate fedalf_jax/experiment/bench.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
+# issue #27 items 13-16: privacy statements that are bounds (labels start with "privbound"), tests/test_privacy_bounds.py
+PB=tests/test_privacy_bounds.py
+mutate fedalf_jax/experiment/accounting.py '    k = dist["max"]  # the headline is a bound for every client: at the largest count reached' \
+  '    k = expected_participations(m, n, t)' "privbound: item 13: headline epsilon at the expected count" "$PB -k headline"
+mutate fedalf_jax/experiment/accounting.py '    k = max(_realised_counts(cfg, t, counts))' '    k = expected_participations(m, n, t)' \
+  "privbound: item 13: progress line epsilon at the expected count" "$PB -k headline"
+mutate fedalf_jax/sim/privacy.py '    t = jnp.clip((w - c) / r, -1.0, 1.0)' '    t = (w - c) / r' \
+  "privbound: item 14: ldp_fl's delta/r not clipped to [-1, 1]" "$PB -k ldp_fl"
+mutate fedalf_jax/experiment/config.py '    if cfg.ldp == "ldp_fl" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:' '    if False:' \
+  "privbound: item 14: ldp_fl's cut-off not in the guarantee" "$PB -k ldp_fl"
+mutate fedalf_jax/experiment/accounting.py 'Q_MIN = 1e-5 ' 'Q_MIN = 0.0 ' \
+  "privbound: item 15: central sampling rate unbounded" "$PB -k accountant"
+mutate fedalf_jax/experiment/config.py '        _check_accountable(self)' '        pass' \
+  "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
+mutate fedalf_jax/experiment/config.py "    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own" \
+  '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
 exit $status

@@ -393,6 +393,7 @@ class Config:
                               f"lower --clients-per-round or raise --clients")
         for name in ("lr", "alpha", "epsilon", "clip"):
             _pos_float(name, getattr(self, name))
+        _check_accountable(self)
         if self.rho is not None:
             _pos_float("rho", self.rho)
         for name in ("mu", "q", "merge_tol"):
@@ -429,6 +430,24 @@ _SENDS_LOSS = ("qfedavg", "fedlf", "fedalf")  # Algorithm.needs_loss: l_i = f_i(
 _WEIGHTED_BY_N = ("fedavg", "fedprox")  # weighted_mean_server: p_i = n_i / Σ n_j
 
 
+def _check_accountable(cfg: "Config") -> None:
+    """The privacy accountant's input ranges (accounting.EPSILON_MAX, EPSILON_MIN_CENTRAL, Q_MIN): beyond
+    them dp-accounting hangs or fails deep inside; one line naming the input and its range instead. Only
+    central DP needs the accountant to run (it calibrates the noise); a local Gaussian run outside the range
+    runs, and its summary records the accountant's one-line refusal instead of privacy_spent."""
+    from . import accounting as A
+    if cfg.dp != "central":
+        return
+    eps = float(cfg.epsilon)
+    if not (A.EPSILON_MIN_CENTRAL <= eps <= A.EPSILON_MAX):
+        raise ConfigError(f"epsilon {eps:g} is outside the privacy accountant's range for dp central "
+                          f"([{A.EPSILON_MIN_CENTRAL:g}, {A.EPSILON_MAX:g}]); choose --epsilon in it")
+    q = cfg.clients_per_round / cfg.clients
+    if q < A.Q_MIN:
+        raise ConfigError(f"clients_per_round/clients = {q:g} is below the privacy accountant's range for dp central "
+                          f"(q >= {A.Q_MIN:g}); raise --clients-per-round or lower --clients")
+
+
 def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     """Whether the formal guarantee of ``cfg``'s privacy mechanism covers what its clients upload, and
     why (one sentence). Pure: reads only the options.
@@ -444,7 +463,7 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     (:func:`privacy_not_covered`). It does not hold when the upload adds un-noised data: FedADMM/FedALF
     with ``dual_from="local"`` and the ``increment`` or ``augmented`` upload; FedLF with
     ``client_grad="full"`` and ``cnn_bn`` (both refused by validation); nor for ``adaptive`` at
-    ε ≥ 16.6, which in float32 releases every weight exactly. No privacy mechanism: ``(False, ...)``.
+    ε ≥ 16.6, which in float32 releases every weight exactly, or ``ldp_fl`` there (an output of probability 0). No privacy mechanism: ``(False, ...)``.
     """
     mech = cfg.dp if cfg.dp != "none" else cfg.ldp
     if mech == "none":
@@ -480,6 +499,10 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     if cfg.ldp == "adaptive" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:
         return False, (f"ldp=adaptive at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the flip "
                        f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly")
+    if cfg.ldp == "ldp_fl" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:
+        return False, (f"ldp=ldp_fl at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the probability "
+                       f"1/(e^epsilon+1) of an extreme weight's other output rounds to 0, so no finite epsilon bounds "
+                       f"the ratio of the output probabilities")
     if cfg.algorithm not in ALGORITHMS:
         upload = (f"algorithm {cfg.algorithm!r} declares its upload a function of the mechanism's output w̃_i and "
                   f"public values (private_upload=True)")
@@ -506,6 +529,10 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
         short = f", short of the nominal epsilon={cfg.epsilon:g}" if exact > cfg.epsilon * (1 + 1e-9) else ""
         what = (f"(ε, δ)-DP at epsilon={exact:.3g}, delta={cfg.delta:g} under {cfg.neighbouring}, by exact "
                 f"analytic-Gaussian accounting{short}")
+    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own
+        return True, (f"this rests on the algorithm's own declaration, not on a check: {upload}; if that "
+                      f"declaration is true, by post-processing the mechanism's guarantee holds for one upload per "
+                      f"round ({what}); nothing composes it over rounds")
     return True, (f"{upload}, so by post-processing the mechanism's guarantee holds for one upload per round "
                   f"({what}); nothing composes it over rounds")
 
@@ -664,9 +691,10 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
     if not (np.all(np.isfinite(eps)) and np.all(eps >= np.finfo(np.float32).tiny)):
         raise ValueError(f"epsilon={epsilon!r} must be finite and > 0 (not subnormal) for {option}={value!r}; "
                          f"set a positive privacy budget, e.g. epsilon=2")
-    if ldp == "adaptive" and np.any(eps >= ADAPTIVE_EXACT_EPSILON):
-        warnings.warn(f"ldp='adaptive' with epsilon={float(np.max(eps)):g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 "
-                      f"the flip probability rounds to 0 and the upload is the exact model", Notice, stacklevel=2)
+    if ldp in ("adaptive", "ldp_fl") and np.any(eps >= ADAPTIVE_EXACT_EPSILON):
+        warnings.warn(f"ldp={ldp!r} with epsilon={float(np.max(eps)):g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 "
+                      f"the probability 1/(e^epsilon+1) rounds to 0 and the upload is not epsilon-LDP", Notice,
+                      stacklevel=2)
     if dp in ("gaussian", "central"):
         d = _as_array("delta", delta, f"set delta in (0, 1) for dp={dp!r}, e.g. delta=1e-5")
         if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(d < 1)):
