@@ -30,15 +30,17 @@ participations, nothing less.
   composition: that is all the per-value guarantee says of the whole tensor.
 
 **Central DP** (``dp="central"``, DP-FedAvg of McMahan et al. 2018: each client's update clipped to
-``clip``, the server adds ``N(0, (z·clip)²)`` to their sum): the released models are a Poisson-sampled
-Gaussian mechanism, amplified by sampling against anyone who sees them (not the server). It is
-accounted as ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` composed ``T`` times, for add/remove of
-one client; the simulator's fixed-size sampling without replacement is accounted as Poisson sampling
-with ``q = m/N``, the usual approximation. :func:`central_noise_multiplier` calibrates ``z`` so that the
-whole run spends exactly the configured (ε, δ).
+``clip``, the server adds Gaussian noise of std ``z`` times its step's sensitivity): the released models
+are a subsampled Gaussian mechanism, amplified by sampling against anyone who sees them (not the
+server). The simulator samples exactly ``m`` of ``N`` clients without replacement each round, and that
+is what is accounted: ``SampledWithoutReplacementDpEvent(N, m, GaussianDpEvent(z))`` composed ``T``
+times by dp_accounting's RDP accountant (the only one that has it), under **replace-one** of a client
+(the relation that event needs; the sensitivity ``z`` is relative to is the replace-one one, e.g.
+``2·clip/m`` for a mean of ``m`` clipped updates). :func:`central_noise_multiplier` calibrates ``z`` so
+that the whole run spends at most the configured (ε, δ), within ~1e-6.
 
-PLD accountants are pessimistic (their discretisation rounds the privacy loss up), so every ε here is
-an upper bound.
+PLD accountants are pessimistic (their discretisation rounds the privacy loss up), and the RDP
+accountant's conversion to (ε, δ) is an upper bound, so every ε here is an upper bound.
 """
 
 from __future__ import annotations
@@ -69,13 +71,17 @@ EXCEEDED_WITH = 1e-3  # participation_bound: the count a client exceeds with at 
 DELTA_PRIME = 1e-5    # the δ' of advanced and optimal LDP composition, unless given
 HEADLINE_MARGIN = 0.01  # LDP: a composition at δ' > 0 is the headline only when 1 % below basic kε
 _PLD_LOCAL = 1e-2     # PLD discretisation (of the privacy loss) for the local Gaussian: ε within ~1e-5
-_PLD_CENTRAL = 1e-3   # for the Poisson-sampled Gaussian: ε within ~2e-4
 _PLD_RR = 1e-4        # randomized response: each of the k compositions adds its rounding (up to ~k·1e-4)
 # The accountants' inputs are bounded: beyond these the PLD's arrays explode (a hang, or an allocation of
 # hundreds of GiB deep inside dp_accounting) or its calibration misses its target.
 EPSILON_MAX = 100.0   # a Gaussian's ε (local and central)
-EPSILON_MIN_CENTRAL = 0.05  # central calibration below this misses its target (ε = 0.01 gave 0.0046)
-Q_MIN = 1e-5          # central sampling rate m/N (q = 1e-6 did not return in 40 s, 1e-9 in 10 minutes)
+EPSILON_MIN_CENTRAL = 0.05  # central ε below this needs z beyond Z_MAX (ε = 0.01 at m/N = 10/100, 200 rounds)
+Q_MIN = 1e-5          # central sampling rate m/N (under the former PLD accounting q = 1e-6 did not return in
+                      # 40 s, 1e-9 in 10 minutes; the RDP accountant's cost does not depend on q, the bound is kept)
+# The central noise multipliers accounted: below Z_MIN the ε is beyond EPSILON_MAX anyway; above Z_MAX
+# dp_accounting's RDP of sampling without replacement stops falling with z (its float arithmetic: it
+# plateaus, e.g. at ε ≈ 0.045 for δ = 1e-5, m/N = 10/100, and jumps to 0 at z ≈ 5·10⁵).
+Z_MIN, Z_MAX = 0.05, 1024.0
 
 
 # ---- checks ---------------------------------------------------------------------------------------
@@ -298,102 +304,110 @@ def ldp_per_value(epsilon: float, participations: int, delta_prime: float = DELT
 
 # ---- central (DP-FedAvg) --------------------------------------------------------------------------
 
-def _sampled_gaussian(z: float, q: float, rounds: int):
+CENTRAL_NEIGHBOURING = "replace_one"  # the relation SampledWithoutReplacementDpEvent is accounted under
+
+
+def _sampled_gaussian(z: float, m: int, n: int, rounds: int):
+    """What the simulator does each round, ``rounds`` times: ``m`` of ``n`` clients sampled uniformly
+    without replacement (``sim/round.py: sample_clients``), then the Gaussian mechanism with noise
+    multiplier ``z`` (the std over the step's replace-one sensitivity)."""
     import dp_accounting as dpa
-    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), rounds)
+    return dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(n, m, dpa.GaussianDpEvent(z)), rounds)
+
+
+def _rdp_replace_one():
+    import dp_accounting as dpa
+    rdp_cls, _ = _accountants()
+    return rdp_cls(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
 
 
 @functools.lru_cache(maxsize=512)
-def _central_composed(z: float, q: float, rounds: int, delta: float) -> tuple[float, float]:
+def _central_composed(z: float, m: int, n: int, rounds: int, delta: float) -> float:
+    """The RDP accountant's ε at ``delta`` (replace-one; dp_accounting's PLD accountant has no
+    sampling without replacement). Its cost does not depend on ``z``, ``m/n`` or ``rounds``: a fixed
+    set of RDP orders, each a closed-form sum (Wang, Balle and Kasiviswanathan 2019, Thm 27)."""
     if rounds == 0:
-        return 0.0, 0.0
-    rdp_cls, pld_cls = _accountants()
-    event = _sampled_gaussian(z, q, rounds)
+        return 0.0
     with _quiet():
-        rdp = rdp_cls().compose(event).get_epsilon(delta)
-        pld = pld_cls(value_discretization_interval=_PLD_CENTRAL).compose(event).get_epsilon(delta)
-    return float(rdp), float(pld)
+        return float(_rdp_replace_one().compose(_sampled_gaussian(z, m, n, rounds)).get_epsilon(delta))
 
 
-def central_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, *,
-                    accountant: str = "tighter") -> float:
-    """ε at ``delta`` of ``rounds`` rounds of central DP-FedAvg: ``PoissonSampledDpEvent(q,
-    GaussianDpEvent(z))`` composed ``rounds`` times (add/remove of one client; sampling without
-    replacement accounted as Poisson sampling with ``q = m/N``). ``accountant``: ``"rdp"``, ``"pld"`` or
-    ``"tighter"`` (the smaller of the two)."""
-    z, q, delta = _pos("noise_multiplier", noise_multiplier), _prob("q", q, one=True), _prob("delta", delta)
-    _within("q", q, Q_MIN, 1.0, "the sampling rate clients_per_round/clients of central DP")
-    _within("noise_multiplier", z, 0.05, math.inf, "less noise than this cannot be accounted")
-    rdp, pld = _central_composed(z, q, _count("rounds", rounds), delta)
-    try:
-        return {"rdp": rdp, "pld": pld, "tighter": min(rdp, pld)}[accountant]
-    except KeyError:
-        raise ValueError(f"unknown accountant={accountant!r}; use 'rdp', 'pld' or 'tighter'") from None
+def _sample(clients_per_round, clients) -> tuple[int, int]:
+    m, n = _count("clients_per_round", clients_per_round), _count("clients", clients)
+    if not 1 <= m <= n:
+        raise ValueError(f"clients_per_round={m} must be at least 1 and at most clients={n}")
+    _within("q", m / n, Q_MIN, 1.0, "the sampling rate clients_per_round/clients of central DP")
+    return m, n
+
+
+def central_epsilon(noise_multiplier: float, clients_per_round: int, clients: int, rounds: int,
+                    delta: float) -> float:
+    """ε at ``delta`` of ``rounds`` rounds of central DP-FedAvg as the simulator runs them: each round
+    ``SampledWithoutReplacementDpEvent(clients, clients_per_round, GaussianDpEvent(z))``, composed
+    ``rounds`` times, under replace-one of a client (dp_accounting's RDP accountant)."""
+    z, delta = _pos("noise_multiplier", noise_multiplier), _prob("delta", delta)
+    m, n = _sample(clients_per_round, clients)
+    _within("noise_multiplier", z, Z_MIN, Z_MAX, "dp_accounting's RDP of sampling without replacement is not "
+            "reliable outside it")
+    return _central_composed(z, m, n, _count("rounds", rounds), delta)
 
 
 @functools.lru_cache(maxsize=128)
-def _calibrate(epsilon: float, delta: float, q: float, rounds: int) -> float:
-    """The PLD-calibrated ``z``. The bracket is found first with the RDP accountant (cheap at any ``z``;
-    its ε bounds the PLD's from above, so its ``z`` is enough for the PLD), then halved until the PLD
-    overshoots: the PLD of a very small ``z`` is a huge array, so it is never evaluated far below the
-    answer (dp_accounting's own bracket search starts at a fixed guess)."""
+def _calibrate(epsilon: float, delta: float, m: int, n: int, rounds: int) -> float:
+    """The smallest ``z`` in [:data:`Z_MIN`, :data:`Z_MAX`] (to 1e-6) whose ε is within ``epsilon``:
+    dp_accounting's calibration (Brent's method on that bracket, ending on the side within the budget)
+    with the same RDP accountant. A budget that even ``Z_MIN`` keeps gets ``Z_MIN`` (more noise than
+    needed: conservative); one that ``Z_MAX`` does not keep is refused in one line."""
     import dp_accounting as dpa
-    rdp_cls, pld_cls = _accountants()
 
-    def rdp_gap(z):
-        with _quiet():
-            return rdp_cls().compose(_sampled_gaussian(z, q, rounds)).get_epsilon(delta) - epsilon
+    def eps(z):
+        return _central_composed(z, m, n, rounds, delta)
 
-    def pld_gap(z):
-        return _central_composed(z, q, rounds, delta)[1] - epsilon
-
-    hi = 1.0
-    for _ in range(60):  # the smallest power of 2 whose RDP ε is within the budget
-        if rdp_gap(hi) > 0:
-            hi *= 2.0
-        elif rdp_gap(hi / 2.0) <= 0:
-            hi /= 2.0
-        else:
-            break
-    while pld_gap(hi) > 0:  # the PLD's discretisation rounds up: rarely above the RDP's ε
-        hi *= 1.25
-    lo = hi / 2.0
-    while pld_gap(lo) <= 0:
-        hi, lo = lo, lo / 2.0
+    if eps(Z_MIN) <= epsilon:
+        return Z_MIN
+    if eps(Z_MAX) > epsilon:
+        raise ValueError(f"epsilon={epsilon:g} at delta={delta:g} over {rounds} rounds of {m} of {n} clients needs a "
+                         f"noise multiplier above {Z_MAX:g}, beyond the accountant's range (its epsilon there is "
+                         f"{eps(Z_MAX):.3g}); choose a larger epsilon or delta, or fewer rounds")
+    lo, hi = -5, 10  # exponents with ε(max(2^lo, Z_MIN)) > epsilon ≥ ε(2^hi) (2^-5 < Z_MIN, 2^10 = Z_MAX)
+    while hi - lo > 1:  # bisect the power of 2 first: a narrow bracket costs Brent's method fewer evaluations
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if eps(2.0 ** mid) <= epsilon else (mid, hi)
     return float(dpa.calibrate_dp_mechanism(
-        lambda: pld_cls(value_discretization_interval=_PLD_CENTRAL),
-        lambda z: _sampled_gaussian(z, q, rounds), epsilon, delta,
-        bracket_interval=dpa.ExplicitBracketInterval(lo, hi), tol=1e-6))
+        _rdp_replace_one, lambda z: _sampled_gaussian(z, m, n, rounds), epsilon, delta,
+        bracket_interval=dpa.ExplicitBracketInterval(max(2.0 ** lo, Z_MIN), 2.0 ** hi), tol=1e-6))
 
 
-def central_noise_multiplier(epsilon: float, delta: float, q: float, rounds: int) -> float:
-    """The noise multiplier ``z`` (the server's noise std over ``clip``) with which ``rounds`` rounds of
-    central DP-FedAvg at sampling rate ``q`` spend exactly (``epsilon``, ``delta``) (PLD accountant,
-    ``dp_accounting.calibrate_dp_mechanism``; to 1e-6 in ``z``). :func:`central_epsilon` of it gives
-    ``epsilon`` back."""
-    epsilon, delta, q = _pos("epsilon", epsilon), _prob("delta", delta), _prob("q", q, one=True)
+def central_noise_multiplier(epsilon: float, delta: float, clients_per_round: int, clients: int,
+                             rounds: int) -> float:
+    """The noise multiplier ``z`` (the server noise's std over its step's replace-one sensitivity) with
+    which ``rounds`` rounds of central DP-FedAvg, ``clients_per_round`` of ``clients`` sampled without
+    replacement each round, spend (``epsilon``, ``delta``): :func:`central_epsilon` of it is at most
+    ``epsilon`` (within ~1e-6 of it; the smallest such ``z`` to 1e-6)."""
+    epsilon, delta = _pos("epsilon", epsilon), _prob("delta", delta)
+    m, n = _sample(clients_per_round, clients)
     rounds = _count("rounds", rounds)
     _within("epsilon", epsilon, EPSILON_MIN_CENTRAL, EPSILON_MAX, "central DP's calibration")
-    _within("q", q, Q_MIN, 1.0, "the sampling rate clients_per_round/clients of central DP")
     if rounds == 0:
         raise ValueError("rounds=0: a run of no rounds releases nothing; no noise multiplier to calibrate")
-    return _calibrate(epsilon, delta, q, rounds)
+    return _calibrate(epsilon, delta, m, n, rounds)
 
 
-def central(epsilon: float, delta: float, q: float, rounds: int) -> dict:
-    """Central DP-FedAvg calibrated for (``epsilon``, ``delta``) over ``rounds`` rounds at rate ``q``: the
-    noise multiplier and the ε it spends over those rounds by each accountant."""
-    z = central_noise_multiplier(epsilon, delta, q, rounds)
-    rdp, pld = _central_composed(z, float(q), int(rounds), float(delta))
-    return {"noise_multiplier": z, "participation_rate": float(q), "rounds": int(rounds),
-            "epsilon": min(rdp, pld), "delta": float(delta), "epsilon_rdp": rdp, "epsilon_pld": pld}
+def central(epsilon: float, delta: float, clients_per_round: int, clients: int, rounds: int) -> dict:
+    """Central DP-FedAvg calibrated for (``epsilon``, ``delta``) over ``rounds`` rounds of
+    ``clients_per_round`` of ``clients``: the noise multiplier and the ε it spends over those rounds."""
+    z = central_noise_multiplier(epsilon, delta, clients_per_round, clients, rounds)
+    eps = _central_composed(z, int(clients_per_round), int(clients), int(rounds), float(delta))
+    return {"noise_multiplier": z, "clients_per_round": int(clients_per_round), "clients": int(clients),
+            "participation_rate": clients_per_round / clients, "rounds": int(rounds), "epsilon": eps,
+            "delta": float(delta), "epsilon_rdp": eps, "neighbouring": CENTRAL_NEIGHBOURING}
 
 
 # ---- a run ---------------------------------------------------------------------------------------
 
 _PER = {
     "gaussian": "one client: everything its uploads over the run can reveal about its data, to the server",
-    "central": "one client (its presence or absence), to anyone who sees the released global models",
+    "central": "one client (all its data, replaced by any other's), to anyone who sees the released global models",
     "adaptive": "one weight's sign (its offset from the tensor's centre), given |offset| and the tensor's "
                 "centre and radius",
     "ldp_fl": "one weight's value, given its tensor's centre and radius",
@@ -405,6 +419,18 @@ _PER_UPDATE = {  # --ldp-on update
                 "|offset| and the tensor's centre and radius",
     "ldp_fl": "one value of the update w_i − θ_t, given its tensor's centre and radius",
 }
+
+
+def _ldp_epsilon(mech: str, epsilon: float) -> tuple[float, float]:
+    """(the per-value ε a local LDP run is accounted at, the float32 mechanism's own ε): the larger of the
+    configured ε and ``privacy.float32_epsilon`` (float32 sampling rounds each probability up to the
+    sampler's 2^-23 grid: 14.5 gives 14.556), so the record is a bound of what the mechanism really does.
+    Where the float32 ε is infinite (ε ≥ 16.64) the configured ε is kept: the guarantee field says the
+    guarantee does not hold there."""
+    from ..sim.privacy import float32_epsilon
+    eps = float(_pos("epsilon", epsilon))
+    eff = float32_epsilon(mech, eps)
+    return (max(eps, eff) if math.isfinite(eff) else eps), eff
 
 
 def _fmt(x: float) -> str:
@@ -424,8 +450,9 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
     ``statement`` (one plain paragraph). Local mechanisms add ``participation`` (the per-client counts and
     their distribution, :func:`participation`), ``participations_expected`` (``ceil(qT)``) with
     ``epsilon_expected`` (the expected client's, not a bound), ``participations_bound`` (exceeded with
-    probability ≤ 10⁻³) and ``epsilon_at_bound``; Gaussian and central add ``noise_multiplier``, ``epsilon_rdp`` and
-    ``epsilon_pld``; LDP adds :func:`ldp_per_value`'s fields (``per_round_per_value``, ``basic``,
+    probability ≤ 10⁻³) and ``epsilon_at_bound``; Gaussian adds ``noise_multiplier``, ``epsilon_rdp`` and
+    ``epsilon_pld``, central ``noise_multiplier``, ``epsilon_rdp`` and ``neighbouring``; LDP adds ``epsilon_configured``,
+    ``epsilon_float32`` (:func:`_ldp_epsilon`: the accounted per-value ε is the larger) and :func:`ldp_per_value`'s fields (``per_round_per_value``, ``basic``,
     ``advanced``, ``optimal``, and the per-tensor ones when ``tensor_sizes`` is given).
     """
     ldp, dp = getattr(cfg, "ldp", "none") or "none", getattr(cfg, "dp", "none") or "none"
@@ -441,19 +468,20 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
         per = _PER_UPDATE[mech]
     base = {"mechanism": mech, "per": per, "rounds": t, "participation_rate": q}
     if mech == "central":
-        z = central_noise_multiplier(cfg.epsilon, cfg.delta, q, int(cfg.rounds))
-        rdp, pld = _central_composed(z, q, t, float(cfg.delta))
-        eps = min(rdp, pld)
-        return {**base, "accountant": ("dp_accounting RDP and PLD, the smaller ε; Poisson-subsampled Gaussian "
-                                       "(sampling without replacement of m of N clients accounted as Poisson "
-                                       "sampling with q = m/N), add/remove of one client"),
-                "noise_multiplier": z, "epsilon": eps, "delta": float(cfg.delta), "epsilon_rdp": rdp,
-                "epsilon_pld": pld, "epsilon_target": float(cfg.epsilon), "rounds_target": int(cfg.rounds),
+        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds))
+        eps = central_epsilon(z, m, n, t, cfg.delta)
+        return {**base, "accountant": ("dp_accounting RDP, sampling without replacement of m of N clients "
+                                       "(SampledWithoutReplacementDpEvent of a Gaussian, as the simulator samples), "
+                                       "replace-one of a client"),
+                "neighbouring": CENTRAL_NEIGHBOURING, "noise_multiplier": z, "epsilon": eps,
+                "delta": float(cfg.delta), "epsilon_rdp": eps, "epsilon_target": float(cfg.epsilon),
+                "rounds_target": int(cfg.rounds),
                 "statement": (f"After {t} of {int(cfg.rounds)} rounds the released global models are "
-                              f"(ε = {_fmt(eps)}, δ = {cfg.delta:g})-DP for adding or removing any one client "
-                              f"(noise multiplier {_fmt(z)}, sampling rate q = {m}/{n}, amplified by sampling); "
-                              f"the whole run reaches ε = {cfg.epsilon:g}. The server, which sees the clipped "
-                              f"updates before its noise, is not covered.")}
+                              f"(ε = {_fmt(eps)}, δ = {cfg.delta:g})-DP for replacing any one client's data "
+                              f"(noise multiplier {_fmt(z)} over the step's replace-one sensitivity, {m} of {n} "
+                              f"clients sampled without replacement each round, amplified by sampling); the "
+                              f"whole run reaches ε = {cfg.epsilon:g}. The server, which sees the clipped updates "
+                              f"before its noise, is not covered.")}
     dist = participation(_realised_counts(cfg, t, counts))
     k = dist["max"]  # the headline is a bound for every client: at the largest count reached
     ke = expected_participations(m, n, t)
@@ -477,9 +505,12 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
                               f"δ = {cfg.delta:g} ({neighbouring} of its data, against the server); one upload "
                               f"alone is ε = {_fmt(gaussian_local(cfg.epsilon, cfg.delta, 1)['epsilon'])}, a "
                               f"client with the expected {ke} uploads ε = {_fmt(at_e)}.")}
-    v = ldp_per_value(cfg.epsilon, k, tensor_sizes=tensor_sizes)
-    at_e = ldp_per_value(cfg.epsilon, ke)["epsilon"]
-    at_hi = ldp_per_value(cfg.epsilon, hi)["epsilon"]
+    eps, eff = _ldp_epsilon(mech, cfg.epsilon)
+    v = ldp_per_value(eps, k, tensor_sizes=tensor_sizes)
+    at_e = ldp_per_value(eps, ke)["epsilon"]
+    at_hi = ldp_per_value(eps, hi)["epsilon"]
+    stated = f"{cfg.epsilon:g}" if eps == float(cfg.epsilon) else (
+        f"{eps:.7g} (the configured {cfg.epsilon:g} as the float32 mechanism samples it)")
     tensor = ""
     if tensor_sizes is not None:
         tensor = (f" Per round, a tensor of n values is nε-LDP by basic composition (the largest here: "
@@ -491,8 +522,9 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
                                   f"response) at δ' = {DELTA_PRIME:g}; the headline is basic kε (δ = 0) unless "
                                   "a δ' bound is over 1 % smaller")}
     out.update(v)
-    out.update(participations=k, epsilon_expected=at_e, epsilon_at_bound=at_hi,
-               statement=(f"Each round a participating client's upload is ε = {cfg.epsilon:g}-LDP for "
+    out.update(participations=k, epsilon_expected=at_e, epsilon_at_bound=at_hi, epsilon_configured=float(cfg.epsilon),
+               epsilon_float32=eff if math.isfinite(eff) else None,
+               statement=(f"Each round a participating client's upload is ε = {stated}-LDP for "
                           f"{per}. {counted}. Over {k} participations, every client's bound per value: basic "
                           f"composition {_fmt(v['basic']['epsilon'])}, advanced {_fmt(v['advanced']['epsilon'])} "
                           f"at δ' = {DELTA_PRIME:g}, optimal {_fmt(v['optimal']['epsilon'])} at "
@@ -511,10 +543,10 @@ def epsilon_spent(cfg: Any, rounds_done: int, counts: Optional[Sequence[int]] = 
     t = _count("rounds_done", rounds_done)
     m, n = int(cfg.clients_per_round), int(cfg.clients)
     if mech == "central":
-        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m / n, int(cfg.rounds))
-        return central_epsilon(z, m / n, t, cfg.delta)
+        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds))
+        return central_epsilon(z, m, n, t, cfg.delta)
     k = max(_realised_counts(cfg, t, counts))
     if mech == "gaussian":
         return gaussian_local(cfg.epsilon, cfg.delta, k, getattr(cfg, "neighbouring", "add_remove"))["epsilon"]
-    return ldp_per_value(cfg.epsilon, k)["epsilon"]
+    return ldp_per_value(_ldp_epsilon(mech, cfg.epsilon)[0], k)["epsilon"]
 

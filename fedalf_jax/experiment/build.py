@@ -32,9 +32,9 @@ def hparams(cfg: Config) -> A.HParams:
     """The numeric hyper-parameters as float32 scalars (traced, so runs can be vmapped over them)."""
     f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     z = 0.0
-    if cfg.dp == "central":  # calibrated on the host: (epsilon, delta) over the whole run at rate m/N
+    if cfg.dp == "central":  # calibrated on the host: (epsilon, delta) over the whole run, m of N per round
         from .accounting import central_noise_multiplier
-        z = central_noise_multiplier(cfg.epsilon, cfg.delta, cfg.clients_per_round / cfg.clients, cfg.rounds)
+        z = central_noise_multiplier(cfg.epsilon, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds)
     return A.HParams(f(cfg.lr), f(cfg.lr_decay), f(cfg.resolved_server_lr), f(cfg.resolved_server_lr_decay),
                      f(cfg.mu), f(cfg.resolved_rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip), f(z))
 
@@ -166,11 +166,12 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
 
 
 def central_sensitivity(cfg: Config) -> float:
-    """``dp="central"``: the server step's sensitivity in units of η_g·clip (config.CENTRAL_SENSITIVITY); 0 else."""
+    """``dp="central"``: the server step's replace-one sensitivity in units of η_g·clip
+    (config.CENTRAL_SENSITIVITY); 0 else."""
     if cfg.dp != "central":
         return 0.0
     from .config import CENTRAL_SENSITIVITY
-    return 1.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "1/m" else 2.0
+    return 2.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0
 
 
 def build_model(cfg: Config, pool: Pool) -> Model:

@@ -30,11 +30,12 @@ ASSIGNS = ("fedlf", "shards")
 MODELS = ("cnn", "cnn_bn", "mlp")
 LDPS = LDP_NAMES
 DPS = ("none", "gaussian", "central")  # central: user-level DP-FedAvg (clip each upload, the server adds noise)
-# The server step's L2 sensitivity to adding or removing one client's clipped upload, in units of
-# η_g·clip, under dp="central": the mean servers' 1/m (FedAvg/FedProx average uniformly under central DP),
-# the fair servers' 2 (the fair direction has norm ≤ ‖mean Δ̃_i‖ ≤ clip whatever the QP's weights, so two
-# outputs differ by at most 2·clip). qFedAvg (its step divides by loss-dependent h_i) has no bound.
-CENTRAL_SENSITIVITY = {"fedavg": "1/m", "fedprox": "1/m", "fedadmm": "1/m", "fedlf": "2", "fedalf": "2"}
+# The server step's L2 sensitivity to replacing one client's clipped upload (norm ≤ clip) by another, in
+# units of η_g·clip, under dp="central" (accounted as sampling without replacement, whose relation is
+# replace-one): the mean servers' 2/m (FedAvg/FedProx average uniformly under central DP; 1/m would be
+# add/remove's), the fair servers' 2 (the fair direction has norm ≤ ‖mean Δ̃_i‖ ≤ clip whatever the QP's
+# weights, so two outputs differ by at most 2·clip). qFedAvg (its step divides by loss-dependent h_i) has no bound.
+CENTRAL_SENSITIVITY = {"fedavg": "2/m", "fedprox": "2/m", "fedadmm": "2/m", "fedlf": "2", "fedalf": "2"}
 CLIENT_GRADS = ("full", "local")
 LDP_ON = ("weights", "update")  # what a local mechanism perturbs: w (the paper's reading) or w − θ
 LAYERS = ("module", "tensor")
@@ -255,6 +256,8 @@ class Config:
                  dual_from=self.resolved_dual_from, fair_norm=self.resolved_fair_norm, ldp_on=self.resolved_ldp_on)
         if self.dp == "central":  # the noise is calibrated to the whole run's length: --rounds cannot change
             d["central_rounds"] = self.rounds
+            # and to the accounting: a checkpoint of the Poisson-accounted noise (before issue #27 item 15) is not resumed
+            d["central_accounting"] = "sampled without replacement, replace-one"
         if self.dataset not in DATASETS:  # a registered data set: its arrays are part of the run's identity
             d["dataset_digest"] = registry.dataset(self.dataset).digest
         return d
@@ -446,6 +449,10 @@ def _check_accountable(cfg: "Config") -> None:
     if q < A.Q_MIN:
         raise ConfigError(f"clients_per_round/clients = {q:g} is below the privacy accountant's range for dp central "
                           f"(q >= {A.Q_MIN:g}); raise --clients-per-round or lower --clients")
+    try:  # the noise multiplier this run will use (cached): a budget it cannot reach is refused here
+        A.central_noise_multiplier(eps, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds)
+    except ValueError as e:
+        raise ConfigError(f"dp central: {e}") from None
 
 
 def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
@@ -472,8 +479,9 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
         return True, (f"each client's upload Δ_i is clipped to L2 norm {cfg.clip:g} and the server adds Gaussian noise "
                       f"to its step ({CENTRAL_SENSITIVITY[cfg.algorithm]} x server_lr x clip sensitivity, noise "
                       f"multiplier calibrated by dp_accounting), so the global models released over the {cfg.rounds} "
-                      f"rounds are (epsilon={cfg.epsilon:g}, delta={cfg.delta:g})-DP for adding or removing any one "
-                      f"client (user-level, amplified by sampling {cfg.clients_per_round} of {cfg.clients}); the "
+                      f"rounds are (epsilon={cfg.epsilon:g}, delta={cfg.delta:g})-DP for replacing any one client's "
+                      f"data (user-level, amplified by sampling {cfg.clients_per_round} of {cfg.clients} without "
+                      f"replacement, as the simulator does); the "
                       f"server itself sees the clipped updates before its noise and must be trusted")
     if cfg.algorithm == "fedlf" and cfg.client_grad == "full":
         return False, ("FedLF with client_grad=full uploads the client's full-batch gradient, which no mechanism "

@@ -37,6 +37,7 @@ either local mechanism: see docs/privacy.md for exactly what is and is not prote
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any, Callable
@@ -53,6 +54,7 @@ __all__ = [
     "adaptive_ldp",
     "check_epsilon",
     "clip_global_norm",
+    "float32_epsilon",
     "gaussian_delta",
     "gaussian_dp",
     "gaussian_epsilon",
@@ -277,6 +279,34 @@ def _ldp_fl_p_plus(w, c, r, eps):
     is ``e^ε`` up to float32 rounding until ``σ(ε)`` itself rounds to 1 (``ADAPTIVE_EXACT_EPSILON``)."""
     t = jnp.clip((w - c) / r, -1.0, 1.0)
     return ((1 + t) * jax.nn.sigmoid(eps) + (1 - t) * jax.nn.sigmoid(-eps)) / 2
+
+
+SAMPLER_GRID = 2.0 ** 23  # jax.random.uniform(float32) draws k/2^23, so bernoulli(p) = (u < p) is 1 w.p. ceil(p·2^23)/2^23
+
+
+@functools.lru_cache(maxsize=256)
+def float32_epsilon(mechanism: str, epsilon: float) -> float:
+    """The per-value ε that ``adaptive`` or ``ldp_fl`` really gives in float32: the largest log-ratio of one
+    output's probability under two inputs, with each probability the one ``jax.random.bernoulli`` really
+    samples (``ceil(p·2^23)/2^23``, :data:`SAMPLER_GRID`) for the float32 ``p`` the mechanism hands it.
+    ``a = σ(ε)`` and ``b = σ(−ε)`` are computed as the mechanism computes them, in float32 on JAX's default
+    backend (the one the rounds run on). ``adaptive`` keeps the sign with ``G(a)``: ``log(G(a)/(1 − G(a)))``.
+    ``ldp_fl``'s ``P(c + rk)`` lies in ``[b, a]`` for every float32 ``t`` in ``[−1, 1]`` (checked in
+    ``tests/test_privacy_sampling.py``; ``a`` at ``t = 1``, ``b`` at ``t = −1``): ``max(log(G(a)/G(b)),
+    log((1 − G(b))/(1 − G(a))))``. The sampler's grid rounds each probability up, so this is often a
+    little above ε (14.5 → 14.556; 1 → 1 + 1e-7 for ``adaptive``), sometimes below; ``inf`` once an output
+    has probability 0 (ε ≥ 16.64, past :data:`ADAPTIVE_EXACT_EPSILON`). The accounting states
+    ``max(ε, this)``."""
+    if mechanism not in ("adaptive", "ldp_fl"):
+        raise ValueError(f"float32_epsilon is for ldp 'adaptive' or 'ldp_fl', not {mechanism!r}")
+    e = jnp.float32(epsilon)
+    a, b = float(jax.nn.sigmoid(e)), float(jax.nn.sigmoid(-e))
+    ga, gb = (min(1.0, math.ceil(p * SAMPLER_GRID) / SAMPLER_GRID) for p in (a, b))
+    if ga >= 1.0 or gb <= 0.0:
+        return math.inf
+    if mechanism == "adaptive":
+        return math.log(ga / (1.0 - ga))
+    return max(math.log(ga / gb), math.log((1.0 - gb) / (1.0 - ga)))
 
 
 def _no_ldp(key, params: PyTree, epsilon=None, *, layer_of: PyTree | None = None, with_variance: bool = False):
