@@ -172,8 +172,8 @@ mutate fedalf_jax/sim/round.py '        delta = clip_global_norm(delta, hp.clip)
   "central: uploads not clipped" "$CD -k uniformly"
 mutate fedalf_jax/sim/round.py '    sigma = hp.noise_multiplier * spec.central_sensitivity * server_lr_t * hp.clip' \
   '    sigma = hp.noise_multiplier * spec.central_sensitivity * hp.clip' "central: the noise ignores η_g" "$CD -k calibrated_std"
-mutate fedalf_jax/experiment/build.py '    return 1.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "1/m" else 2.0' \
-  '    return 1.0 / cfg.clients_per_round' "central: the fair server's sensitivity taken as 1/m" "$CD -k calibrated_std"
+mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0' \
+  '    return 2.0 / cfg.clients_per_round' "central: the fair server's sensitivity taken as 2/m" "$CD -k calibrated_std"
 mutate fedalf_jax/experiment/config.py '            d["central_rounds"] = self.rounds' '            pass' \
   "central: --resume may change the calibrated run length" "$CD -k refusals"
 # issue #15 item 2: the history rows' window under noise (labels start with "tau"), tests/test_wiring.py
@@ -253,4 +253,22 @@ mutate fedalf_jax/experiment/config.py '        _check_accountable(self)' '     
   "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
 mutate fedalf_jax/experiment/config.py "    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own" \
   '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
+# issue #27 items 15 and 14: privacy accounted as the simulator samples (labels start with "privsample"),
+# tests/test_privacy_sampling.py
+PS=tests/test_privacy_sampling.py
+mutate fedalf_jax/experiment/accounting.py \
+  '    return dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(n, m, dpa.GaussianDpEvent(z)), rounds)' \
+  '    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(m / n, dpa.GaussianDpEvent(z)), rounds)' \
+  "privsample: item 15: central DP accounted as Poisson sampling" "$PS -k without_replacement"
+mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0' \
+  '    return 1.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0' \
+  "privsample: item 15: the mean servers' noise at the add/remove sensitivity 1/m" "$PS -k replace_one_one"
+mutate fedalf_jax/experiment/config.py '            d["central_accounting"] = "sampled without replacement, replace-one"' '            pass' \
+  "privsample: item 15: a Poisson-accounted central checkpoint resumes" "$PS -k poisson_accounted"
+mutate fedalf_jax/experiment/accounting.py '    if eps(Z_MAX) > epsilon:' '    if False:' \
+  "privsample: item 15: an unreachable central budget reaches dp_accounting's bracket error" "$PS -k cannot_reach"
+mutate fedalf_jax/experiment/accounting.py '    return (max(eps, eff) if math.isfinite(eff) else eps), eff' '    return float(epsilon), eff' \
+  "privsample: item 14: ldp stated at the configured epsilon below its float32 one" "$PS -k adaptive_float32"
+mutate fedalf_jax/experiment/accounting.py '    return (max(eps, eff) if math.isfinite(eff) else eps), eff' '    return float(epsilon), eff' \
+  "privsample: item 14: ldp_fl stated at the configured epsilon below its float32 one" "$PB -k ldp_fl_float32"
 exit $status
