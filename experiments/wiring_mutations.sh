@@ -181,4 +181,15 @@ mutate fedalf_jax/sim/algorithms.py '    if tau is None:' '    if True:' "tau: -
   "tests/test_wiring.py -k history_tau"
 mutate fedalf_jax/experiment/build.py '                fair_norm=cfg.resolved_fair_norm, history_tau=cfg.history_tau)' \
   '                fair_norm=cfg.resolved_fair_norm)' "tau: --history-tau never reaches the server" "tests/test_wiring.py -k history_tau"
+# issue #27 item 0: a sweep's padded call (6 runs as 8 over 4 CPU devices) and a run's sharded clients
+# (labels start with "devices"), tests/test_devices.py
+DV=tests/test_devices.py
+mutate fedalf_jax/experiment/sweep.py "slots_idx = part + [part[0]] * (width - len(part))" \
+  "slots_idx = [part[0]] * (width - len(part)) + part" \
+  "devices: padding slots first (a run computed with another run's seed, data and lr)" "$DV -k four_cpu"
+mutate fedalf_jax/experiment/sweep.py "self._stack([hparams(self.members[i][0]) for i in idx])" \
+  "self._stack([hparams(self.members[i][0]) for i in sorted(idx)])" \
+  "devices: a padded call's hyper-parameters out of slot order (seeds right, lrs shifted)" "$DV -k four_cpu"
+mutate fedalf_jax/sim/round.py "jax.lax.dynamic_slice_in_dim(x, i * k, k)" "jax.lax.dynamic_slice_in_dim(x, 0, k)" \
+  "devices: every device trains the first m/D sampled clients" "$DV -k four_cpu"
 exit $status
