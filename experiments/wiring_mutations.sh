@@ -253,4 +253,15 @@ mutate fedalf_jax/experiment/config.py '        _check_accountable(self)' '     
   "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
 mutate fedalf_jax/experiment/config.py "    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own" \
   '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
+# issue #27 item 0: a sweep's padded call (6 runs as 8 over 4 CPU devices) and a run's sharded clients
+# (labels start with "devices"), tests/test_devices.py
+DV=tests/test_devices.py
+mutate fedalf_jax/experiment/sweep.py "slots_idx = part + [part[0]] * (width - len(part))" \
+  "slots_idx = [part[0]] * (width - len(part)) + part" \
+  "devices: padding slots first (a run computed with another run's seed, data and lr)" "$DV -k four_cpu"
+mutate fedalf_jax/experiment/sweep.py "self._stack([hparams(self.members[i][0]) for i in idx])" \
+  "self._stack([hparams(self.members[i][0]) for i in sorted(idx)])" \
+  "devices: a padded call's hyper-parameters out of slot order (seeds right, lrs shifted)" "$DV -k four_cpu"
+mutate fedalf_jax/sim/round.py "jax.lax.dynamic_slice_in_dim(x, i * k, k)" "jax.lax.dynamic_slice_in_dim(x, 0, k)" \
+  "devices: every device trains the first m/D sampled clients" "$DV -k four_cpu"
 exit $status
