@@ -383,6 +383,11 @@ class RunDir:
                           f"against {CONFIG}", UserWarning, stacklevel=2)
         else:
             diff = identity_diff(ident, cfg.identity())
+            if diff == ["central_rounds"]:  # only --rounds changed, but the noise was calibrated to them
+                a, b = ident["central_rounds"], cfg.identity()["central_rounds"]
+                raise ConfigError(f"the checkpoint in {self.path} is of a --dp central run whose noise is calibrated "
+                                  f"to its {a} rounds, so it cannot go on to {b}: resume it with --rounds {a}, or "
+                                  f"start a run of {b} rounds with --overwrite or another --out")
             if diff:
                 shown = ", ".join(f"{k} {ident.get(k)!r} -> {cfg.identity().get(k)!r}" for k in diff[:4])
                 more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
