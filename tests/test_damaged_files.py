@@ -220,3 +220,13 @@ def test_central_dp_run_extension_is_refused_before_config_json_changes(tmp_path
     assert _hashes(run) == before
     code, err = _cli(capsys, ["run", "--resume", "--out", str(run), "--no-progress"])
     assert code == 0, err
+
+
+def test_an_ended_run_without_evaluations_is_one_line_not_an_index_error(finished, tmp_path, capsys):
+    run = _copy(finished, tmp_path, "run")
+    header = (run / "metrics.csv").read_text().splitlines()[0]
+    (run / "metrics.csv").write_text(header + "\n")
+    before = _hashes(run)
+    code, err = _cli(capsys, ["run", "--resume", "--out", str(run), "--no-progress"])
+    _one_line_error(code, err, "holds no evaluation", "metrics.csv")
+    assert _hashes(run) == before
