@@ -9,6 +9,7 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
     checkpoint.prev.npz   the one before (``fedalf run``: the fallback when the last one is damaged;
                      a sweep's runs keep only their last checkpoint, see :meth:`RunDir.save_checkpoint`)
     summary.json     written when the run ends: status ("done" or "diverged"), the final row, times
+                     (``--resume`` rebuilds a lost one from metrics.csv and the final checkpoint)
     tb/              TensorBoard scalars (``--log tensorboard`` only)
 
 A sweep directory holds ``sweep.json`` (the list of its runs) and one run directory per run.
@@ -16,8 +17,8 @@ A sweep directory holds ``sweep.json`` (the list of its runs) and one run direct
 files only through this module. Files other than ``metrics.csv`` are replaced atomically (written to
 a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind
 (a stale temporary file, by its exact name, is removed when the directory is opened for writing
-again); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
-readers).
+again); the last line of ``metrics.csv``, cut short by a kill, is dropped when the run resumes (and
+skipped by readers), and any other damage there is refused in one line (``writers.read_csv_rows``).
 
 Trust: a checkpoint records what produced it (the config's identity: every option but the
 bookkeeping ones, ``config.BOOKKEEPING``) and is checked whole before it is used (a damaged one
