@@ -264,4 +264,31 @@ mutate fedalf_jax/experiment/sweep.py "self._stack([hparams(self.members[i][0]) 
   "devices: a padded call's hyper-parameters out of slot order (seeds right, lrs shifted)" "$DV -k four_cpu"
 mutate fedalf_jax/sim/round.py "jax.lax.dynamic_slice_in_dim(x, i * k, k)" "jax.lax.dynamic_slice_in_dim(x, 0, k)" \
   "devices: every device trains the first m/D sampled clients" "$DV -k four_cpu"
+# issue #27 items 3, 9 and 11: damaged or missing files of a run or sweep directory (labels start with "damaged"),
+# tests/test_damaged_files.py
+DF=tests/test_damaged_files.py
+mutate fedalf_jax/experiment/writers.py "    if want is not None and header != want:" "    if False:" \
+  "damaged: metrics.csv's header not checked on resume" "$DF -k drop_a_column_everywhere"
+mutate fedalf_jax/experiment/writers.py "        if len(r) != width:" "        if False:" \
+  "damaged: a row of the wrong width read" "$DF -k drop_a_value"
+mutate fedalf_jax/experiment/writers.py "        if step <= last_step:" "        if step < last_step:" \
+  "damaged: a repeated round read twice" "$DF -k repeat_round"
+mutate fedalf_jax/experiment/writers.py "        bad = next((j for j, v in enumerate(r) if not _is_number(v)), None)" "        bad = None" \
+  "damaged: a value that is not a number read" "$DF -k a_word_for_a_number"
+mutate fedalf_jax/experiment/writers.py "        cut = final and (not ends or len(r) < width)" "        cut = False" \
+  "damaged: the last line cut short by a kill refused" "$DF -k cut_short"
+mutate fedalf_jax/experiment/report.py "        except DamagedFile:  # a damaged metrics.csv" "        except ZeroDivisionError:  #" \
+  "damaged: fedalf report skips a damaged metrics.csv as unreadable" "$DF -k report_refuses"
+mutate fedalf_jax/experiment/report.py '        read_csv_rows(rd.path / METRICS, columns=metric_columns(int(run.cfg["clients"])))' '        pass' \
+  "damaged: fedalf report does not check metrics.csv's header" "$DF -k report_refuses"
+mutate fedalf_jax/experiment/sweep.py "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients))" "                pass" \
+  "damaged: sweep --resume checks metrics.csv after extending sweep.json" "$DF -k sweep_resume_refuses"
+mutate fedalf_jax/experiment/loop.py "                return _rebuild_summary(cfg, rd, state, writer)" "                pass" \
+  "damaged: a finished run's lost summary.json not rebuilt" "$DF -k missing_summary"
+mutate fedalf_jax/cli.py "    if not rows:  # an ended run whose" "    if False:  # an ended run whose" \
+  "damaged: rows[-1] of an empty metrics.csv" "$DF -k without_evaluations"
+mutate fedalf_jax/experiment/sweep.py '        if was != rounds and from_run(e["config"]).get("dp") == "central"' '        if False and was != rounds' \
+  "damaged: a central-DP sweep's extension refused after sweep.json is rewritten" "$DF -k central_dp_sweep"
+mutate fedalf_jax/experiment/rundir.py '            if diff == ["central_rounds"]:' '            if False:' \
+  "damaged: a central-DP run's refused extension says restore config.json" "$DF -k central_dp_run"
 exit $status

@@ -340,8 +340,11 @@ def _cmd_run(args) -> int:
         cfg = cfg.replace(out=default_out(cfg))
     init_distributed(args)
     rows = run(cfg, progress=not args.no_progress, resume=args.resume, overwrite=args.overwrite, announce=announce)
-    last = rows[-1]
     where = f" -> {cfg.out}" if cfg.out else ""
+    if not rows:  # an ended run whose metrics.csv lost its rows (a run that computes writes at least one)
+        raise ConfigError(f"the run in {cfg.out} has ended but its metrics.csv holds no evaluation; restore it, "
+                          f"or run it again with --overwrite")
+    last = rows[-1]
     print(f"round {last['round']}: mean_acc {last['mean_acc']:.4f}  angle {last['angle']:.4f} rad "
           f"({last['angle_deg']:.2f}°){where}")
     return 0

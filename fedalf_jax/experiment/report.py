@@ -86,7 +86,8 @@ from typing import Iterable, NamedTuple, Optional
 import numpy as np
 
 from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError, privacy_guarantee
-from .rundir import RunDir, find_runs
+from .rundir import METRICS, RunDir, find_runs, metric_columns
+from .writers import DamagedFile, read_csv_rows
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
           "fedlf": "FedLF", "fedalf": "FedALF"}
@@ -235,7 +236,10 @@ def length_notes(runs: list[Run]) -> list[str]:
 
 
 def _load_curves(run: Run, rd: RunDir) -> bool:
-    """Read the run's evaluations; False when ``metrics.csv`` has none."""
+    """Read the run's evaluations; False when ``metrics.csv`` has none. A damaged one (another header
+    than the run's columns, a row of the wrong width, a repeated or reordered round, ...) is refused."""
+    if (rd.path / METRICS).is_file():
+        read_csv_rows(rd.path / METRICS, columns=metric_columns(int(run.cfg["clients"])))
     m = rd.metrics()
     if not m or len(m.get("round", ())) == 0 or "mean_acc" not in m or "angle_deg" not in m:
         return False
@@ -324,7 +328,8 @@ def cell_guarantee(cell: "Cell") -> str:
 def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], list[str]]:
     """Every run with a config (curves read for the done ones), the skipped run names by status
     (``running``, ``new``, ``diverged``, ``empty``: done without evaluations, ``unreadable``: a bad
-    config.json), and the messages saying so."""
+    config.json), and the messages saying so. A damaged ``metrics.csv`` of a done run is refused
+    (:class:`DamagedFile`, one line naming the file and line): its rows would skew the table."""
     runs, skipped, unreadable = [], defaultdict(list), []
     for rd in rundirs:
         try:
@@ -333,6 +338,8 @@ def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], l
                 skipped[status].append(rd.name)
                 continue
             run = _read_run(rd, status)
+        except DamagedFile:  # a damaged metrics.csv would skew the table: refused, naming file and line
+            raise
         except ConfigError as e:  # a bad config.json or summary.json
             skipped["unreadable"].append(rd.name)
             unreadable.append(f"skipped {rd.name}: {e}")

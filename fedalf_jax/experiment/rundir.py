@@ -9,6 +9,7 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
     checkpoint.prev.npz   the one before (``fedalf run``: the fallback when the last one is damaged;
                      a sweep's runs keep only their last checkpoint, see :meth:`RunDir.save_checkpoint`)
     summary.json     written when the run ends: status ("done" or "diverged"), the final row, times
+                     (``--resume`` rebuilds a lost one from metrics.csv and the final checkpoint)
     tb/              TensorBoard scalars (``--log tensorboard`` only): ``events.out.tfevents.*`` files, the
                      only ones ``--overwrite`` removes there (a user's own files in ``tb/`` stay)
 
@@ -17,8 +18,8 @@ A sweep directory holds ``sweep.json`` (the list of its runs) and one run direct
 files only through this module. Files other than ``metrics.csv`` are replaced atomically (written to
 a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind
 (a stale temporary file, by its exact name, is removed once the next writer holds the folder's
-lock); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
-readers).
+lock); the last line of ``metrics.csv``, cut short by a kill, is dropped when the run resumes (and
+skipped by readers), and any other damage there is refused in one line (``writers.read_csv_rows``).
 
 Trust: a checkpoint records what produced it (the config's identity: every option but the
 bookkeeping ones, ``config.BOOKKEEPING``) and is checked whole before it is used (a damaged one
@@ -414,6 +415,11 @@ class RunDir:
                           f"against {CONFIG}", Notice, stacklevel=2)
         else:
             diff = identity_diff(ident, cfg.identity())
+            if diff == ["central_rounds"]:  # only --rounds changed, but the noise was calibrated to them
+                a, b = ident["central_rounds"], cfg.identity()["central_rounds"]
+                raise ConfigError(f"the checkpoint in {self.path} is of a --dp central run whose noise is calibrated "
+                                  f"to its {a} rounds, so it cannot go on to {b}: resume it with --rounds {a}, or "
+                                  f"start a run of {b} rounds with --overwrite or another --out")
             if diff:
                 shown = ", ".join(f"{k} {ident.get(k)!r} -> {cfg.identity().get(k)!r}" for k in diff[:4])
                 more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
