@@ -181,12 +181,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
         rd = RunDir(args.out)
         if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
             saved = rd.config_dict()
-            want = Config.from_dict({**saved, **base, **given}).to_dict()
-            old = Config.from_dict(saved).to_dict()  # an option newer than the run: its default
-            changed = sorted(k for k in want if k not in C.BOOKKEEPING and want[k] != old[k])
+            want = Config.from_dict({**saved, **base, **given})
+            old = Config.from_dict(saved)  # an option newer than the run: its default
+            # resolved values, as the checkpoint's identity compares them: --rho 0.01 is fedalf's default
+            options = {f.name for f in dataclasses.fields(Config)}  # (derived entries follow their options)
+            changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]
             if changed:
                 raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds, "
-                                  f"the cadences and --log may change, not {', '.join(changed)}")
+                                  f"the cadences, --log and --data-dir may change, not {', '.join(changed)}")
             keep = {k: v for k, v in {**base, **given}.items() if k in C.BOOKKEEPING}
             return Config.from_dict({**saved, **keep, "out": args.out})
     return Config.from_dict({**base, **given})
