@@ -349,9 +349,8 @@ def _cmd_sweep(args) -> int:
     if args.resume and planned:
         if given or args.seeds or args.config:  # the flags must describe the sweep that is there
             configs = _sweep_configs(args, given)
-            there = [r["config"] for r in S.read_sweep(args.out)["runs"]]
-            if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(
-                    json.dumps({**c, "out": None}, sort_keys=True) for c in there):
+            there = [Config.from_dict({**C.from_run(r["config"]), "out": None}) for r in S.read_sweep(args.out)["runs"]]
+            if sorted(map(_resolved, configs)) != sorted(map(_resolved, there)):
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
                                   f"resume it with only --out (and --rounds N to extend it, --sweep-chunk, "
                                   f"--no-progress)")
@@ -373,6 +372,13 @@ def _cmd_sweep(args) -> int:
     if best is not None:
         print(f"best: {best['name']} mean_acc {best['final']['mean_acc']:.4f} angle {best['final']['angle_deg']:.2f}°")
     return 0
+
+
+def _resolved(cfg: Config) -> str:
+    """A sweep run's options with the per-algorithm defaults resolved, as its identity has them (``--rho 0.01``
+    names fedalf's default), for comparing the flags of ``sweep --resume`` with ``sweep.json``."""
+    ident = {k: v for k, v in cfg.identity().items() if k in cfg.to_dict()}
+    return json.dumps({**cfg.to_dict(), **ident, "out": None}, sort_keys=True)
 
 
 def _sweep_configs(args, given: dict) -> list:

@@ -191,3 +191,15 @@ def test_resume_accepts_the_defaults_spelled_out_and_refuses_other_values(tmp_pa
                               "--server-lr", "0.5", "--server-lr-decay", "0.999", "--history", "on", "--mu", "0.01",
                               "--server-target", "increment", "--no-progress"])
     assert code == 0 and _rounds(run) == [0, 1, 2, 3, 4], err
+
+
+def test_sweep_resume_accepts_the_defaults_spelled_out_and_refuses_other_values(tmp_path, capsys):
+    sw = tmp_path / "sw"
+    argv = ["sweep", *SYNTH[:-3], "--algorithm", "fedalf", "--seeds", "0", "--no-progress", "--out", str(sw)]
+    assert main(argv) == 0
+    before = _hashes(sw)
+    code, err = _cli(capsys, [*argv, "--resume", "--rho", "0.1"])
+    _one_line_error(code, err, "describe other runs than the sweep")
+    code, err = _cli(capsys, [*argv, "--resume", "--rho", "0.01", "--server-target", "increment", "--history", "on"])
+    assert code == 0, err
+    assert _hashes(sw) == before  # finished: nothing to run, nothing rewritten
