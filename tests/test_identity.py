@@ -178,7 +178,7 @@ def test_user_code_outside_any_file_is_checked_by_its_code_objects():
 
 # ---- 6. --resume compares resolved values -----------------------------------------------------------------
 
-def test_resume_accepts_the_defaults_spelled_out_and_refuses_other_values(tmp_path, capsys):
+def test_run_resume_accepts_the_defaults_spelled_out_and_refuses_other_values(tmp_path, capsys):
     run = tmp_path / "run"
     argv = [*SYNTH[:-3], "--algorithm", "fedalf", "--no-progress"]
     assert main(["run", *argv, "--out", str(run)]) == 0
@@ -203,3 +203,53 @@ def test_sweep_resume_accepts_the_defaults_spelled_out_and_refuses_other_values(
     code, err = _cli(capsys, [*argv, "--resume", "--rho", "0.01", "--server-target", "increment", "--history", "on"])
     assert code == 0, err
     assert _hashes(sw) == before  # finished: nothing to run, nothing rewritten
+
+
+def _rewrite_identities(folder: Path, edit) -> None:
+    """Every checkpoint's recorded identity passed through ``edit`` (as an older or another process wrote it)."""
+    import numpy as np
+    from fedalf_jax.experiment.config import identity_digest
+    for ck in folder.glob("checkpoint*.npz"):
+        with np.load(ck) as f:
+            members = {k: f[k] for k in f.files}
+        ident = edit(json.loads(str(members["identity"])))
+        members["identity"] = np.asarray(json.dumps(ident, sort_keys=True))
+        members["digest"] = np.asarray(identity_digest(ident))
+        np.savez(ck.with_suffix(""), **members)  # savez appends .npz again
+
+
+@pytest.mark.parametrize("recorded, says", [(None, "written before runs recorded user code"),
+                                            ("uncheckable", "code cannot be checked")])
+def test_user_code_that_cannot_be_checked_resumes_saying_so_in_one_line(tmp_path, capsys, user_module, recorded,
+                                                                         says):
+    run = tmp_path / "run"
+    argv = [*SYNTH[:-3], "--algorithm", "mystep:make", "--no-progress"]
+    assert main(["run", *argv, "--out", str(run)]) == 0
+
+    def edit(ident):
+        assert len(ident.pop("algorithm_code")) == 16
+        return ident if recorded is None else {**ident, "algorithm_code": recorded}
+    _rewrite_identities(run, edit)
+    user_module(50.0)  # changed, but nothing recorded to tell
+    _forget()
+    code, err = _cli(capsys, ["run", "--resume", "--out", str(run), "--rounds", "3", "--no-progress"])
+    assert code == 0 and _rounds(run) == [0, 1, 2, 3], err
+    lines = [ln for ln in err.splitlines() if "mystep" in ln]
+    assert len(lines) == 1 and says in lines[0] and "mystep.py" in lines[0], err
+
+
+def test_a_checkpoint_from_before_data_digests_resumes_from_a_moved_folder_saying_so(tmp_path, capsys, fmnist_dirs):
+    # written before this change: the identity held data_dir and no data digest
+    a, _, moved = fmnist_dirs
+    run = tmp_path / "run"
+    assert main(["run", "--dataset", "fmnist", "--data-dir", str(a), *SMALL, "--out", str(run)]) == 0
+
+    def edit(ident):
+        assert len(ident.pop("data_digest")) == 16 and "data_dir" not in ident
+        return {**ident, "data_dir": str(a)}
+    _rewrite_identities(run, edit)
+    code, err = _cli(capsys, ["run", "--resume", "--out", str(run), "--rounds", "3", "--data-dir", str(moved),
+                              "--no-progress"])
+    assert code == 0 and _rounds(run) == [0, 1, 2, 3], err
+    lines = [ln for ln in err.splitlines() if "digest" in ln]
+    assert len(lines) == 1 and "not checked" in lines[0] and str(moved) in lines[0], err

@@ -112,9 +112,13 @@ def _targets(obj) -> list:
     """The functions and classes that make up ``obj`` (a factory, a class, an Algorithm, a partial)."""
     from ..sim.algorithms import Algorithm
     if isinstance(obj, Algorithm):
-        return [getattr(obj, f.name) for f in dataclasses.fields(obj) if callable(getattr(obj, f.name))]
+        return [t for f in dataclasses.fields(obj) if callable(v := getattr(obj, f.name)) for t in _targets(v)]
     if isinstance(obj, functools.partial):
         return _targets(obj.func)
+    try:
+        obj = inspect.unwrap(obj)  # a decorated function (jax.jit, functools.wraps): the function itself
+    except ValueError:
+        pass
     if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
         return [obj]
     return [type(obj)] if callable(obj) else []
