@@ -243,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--config", default=None, help=_HELP["config"] + "; its 'out' is ignored (--out chooses)")
     r.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (from round 0 if it has none yet); "
-                        "the checkpoint must come from the same options (only --rounds, the cadences and --log "
-                        "may change)")
+                        "the checkpoint must come from the same options, data and user code (only --rounds, the "
+                        "cadences, --log and --data-dir may change)")
     r.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out (its files are removed first); without it a folder that "
                         "holds a run is refused")

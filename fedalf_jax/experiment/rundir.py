@@ -19,8 +19,8 @@ a temporary name, then renamed), so a killed process never leaves half a JSON or
 again); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
 readers).
 
-Trust: a checkpoint records what produced it (the config's identity: every option but the
-bookkeeping ones, ``config.BOOKKEEPING``) and is checked whole before it is used (a damaged one
+Trust: a checkpoint records what produced it (:func:`run_identity`: every option but the bookkeeping
+ones, ``config.BOOKKEEPING``, the loaded data's digest and a user's code's) and is checked whole before it is used (a damaged one
 falls back to the previous generation, with a warning; a sweep's runs keep one generation, each
 read back whole before it replaces the one before); one process writes a folder at a time
 (``.fedalf.lock``, an OS lock released on any exit); a failed write raises :class:`WriteError` at
