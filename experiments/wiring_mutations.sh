@@ -86,7 +86,7 @@ mutate fedalf_jax/experiment/sweep.py 'self.run_map = default_run_map() if cfg0.
 
 # issue #13, items 1-8 (labels start with "trust"): tests/test_trust.py
 T=tests/test_trust.py
-mutate fedalf_jax/experiment/config.py 'return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>"))' \
+mutate fedalf_jax/experiment/config.py 'return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))' \
   'return []' "trust: a checkpoint's identity is not compared" "$T -k edited_since"
 mutate fedalf_jax/experiment/rundir.py "if not resume and self.holds_run():" "if False:" \
   "trust: a new run overwrites a finished one" "$T -k holds_one"
@@ -291,4 +291,21 @@ mutate fedalf_jax/experiment/sweep.py '        if was != rounds and from_run(e["
   "damaged: a central-DP sweep's extension refused after sweep.json is rewritten" "$DF -k central_dp_sweep"
 mutate fedalf_jax/experiment/rundir.py '            if diff == ["central_rounds"]:' '            if False:' \
   "damaged: a central-DP run's refused extension says restore config.json" "$DF -k central_dp_run"
+# issue #27 items 4-6: a run's identity is its data's arrays, its user code and its options' resolved values
+# (labels start with "identity"), tests/test_identity.py
+ID=tests/test_identity.py
+mutate fedalf_jax/experiment/rundir.py '        ident["data_digest"] = loaded_data(cfg)[0]' '        pass' \
+  "identity: the loaded data's digest not recorded (item 4)" "$ID -k refused"
+mutate fedalf_jax/experiment/config.py '"log", "out", "data_dir")' '"log", "out")' \
+  "identity: data_dir part of the identity (item 4)" "$ID -k same_arrays"
+mutate fedalf_jax/experiment/config.py '                d[f"{kind}_code"] = registry.code(kind, name)[0]' '                pass' \
+  "identity: user code's digest not recorded (item 5)" "$ID -k changed_user_code"
+mutate fedalf_jax/experiment/rundir.py '            elif "uncheckable" in (old, new):' '            elif False:' \
+  "identity: uncheckable user code refused instead of said (item 5)" "$ID -k cannot_be_checked"
+mutate fedalf_jax/cli.py '            changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]' \
+  '            changed = [k for k in options if k not in C.BOOKKEEPING and want.to_dict()[k] != old.to_dict()[k]]' \
+  "identity: run --resume compares raw options, not resolved values (item 6)" "$ID -k run_resume_accepts"
+mutate fedalf_jax/cli.py '            if sorted(map(_resolved, configs)) != sorted(map(_resolved, there)):' \
+  '            if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(json.dumps(c.to_dict(), sort_keys=True) for c in there):' \
+  "identity: sweep --resume compares raw options, not resolved values (item 6)" "$ID -k sweep_resume_accepts"
 exit $status

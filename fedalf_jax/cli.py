@@ -187,12 +187,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
         rd = RunDir(args.out)
         if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
             saved = rd.config_dict()
-            want = Config.from_dict({**saved, **base, **given}).to_dict()
-            old = Config.from_dict(saved).to_dict()  # an option newer than the run: its default
-            changed = sorted(k for k in want if k not in C.BOOKKEEPING and want[k] != old[k])
+            want = Config.from_dict({**saved, **base, **given})
+            old = Config.from_dict(saved)  # an option newer than the run: its default
+            # resolved values, as the checkpoint's identity compares them: --rho 0.01 is fedalf's default
+            options = {f.name for f in dataclasses.fields(Config)}  # (derived entries follow their options)
+            changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]
             if changed:
                 raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds, "
-                                  f"the cadences and --log may change, not {', '.join(changed)}")
+                                  f"the cadences, --log and --data-dir may change, not {', '.join(changed)}")
             keep = {k: v for k, v in {**base, **given}.items() if k in C.BOOKKEEPING}
             return Config.from_dict({**saved, **keep, "out": args.out})
     return Config.from_dict({**base, **given})
@@ -247,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--config", default=None, help=_HELP["config"] + "; its 'out' is ignored (--out chooses)")
     r.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (from round 0 if it has none yet); "
-                        "the checkpoint must come from the same options (only --rounds, the cadences and --log "
-                        "may change)")
+                        "the checkpoint must come from the same options, data and user code (only --rounds, the "
+                        "cadences, --log and --data-dir may change)")
     r.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out (its files are removed first); without it a folder that "
                         "holds a run is refused")
@@ -366,9 +368,8 @@ def _cmd_sweep(args) -> int:
     if args.resume and planned:
         if given or args.seeds or args.config:  # the flags must describe the sweep that is there
             configs = _sweep_configs(args, given)
-            there = [r["config"] for r in S.read_sweep(args.out)["runs"]]
-            if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(
-                    json.dumps({**c, "out": None}, sort_keys=True) for c in there):
+            there = [Config.from_dict({**C.from_run(r["config"]), "out": None}) for r in S.read_sweep(args.out)["runs"]]
+            if sorted(map(_resolved, configs)) != sorted(map(_resolved, there)):
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
                                   f"resume it with only --out (and --rounds N to extend it, --sweep-chunk, "
                                   f"--no-progress)")
@@ -390,6 +391,13 @@ def _cmd_sweep(args) -> int:
     if best is not None:
         print(f"best: {best['name']} mean_acc {best['final']['mean_acc']:.4f} angle {best['final']['angle_deg']:.2f}°")
     return 0
+
+
+def _resolved(cfg: Config) -> str:
+    """A sweep run's options with the per-algorithm defaults resolved, as its identity has them (``--rho 0.01``
+    names fedalf's default), for comparing the flags of ``sweep --resume`` with ``sweep.json``."""
+    ident = {k: v for k, v in cfg.identity().items() if k in cfg.to_dict()}
+    return json.dumps({**cfg.to_dict(), **ident, "out": None}, sort_keys=True)
 
 
 def _sweep_configs(args, given: dict) -> list:
