@@ -7,8 +7,6 @@ import argparse
 import json
 import math
 import re
-import sys
-import tomllib
 from pathlib import Path
 
 import flax.linen as nn
@@ -302,6 +300,7 @@ def test_version_prints_the_package_and_jax_versions(capsys):
         cli.main(["--version"])
     assert e.value.code == 0
     out = capsys.readouterr().out.strip()
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     import jaxlib
     assert out == f"fedalf {project} (jax {jax.__version__}, jaxlib {jaxlib.__version__})"
