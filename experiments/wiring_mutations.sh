@@ -308,4 +308,35 @@ mutate fedalf_jax/cli.py '            changed = [k for k in C.identity_diff(old.
 mutate fedalf_jax/cli.py '            if sorted(map(_resolved, configs)) != sorted(map(_resolved, there)):' \
   '            if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(json.dumps(c.to_dict(), sort_keys=True) for c in there):' \
   "identity: sweep --resume compares raw options, not resolved values (item 6)" "$ID -k sweep_resume_accepts"
+# issue #28 items 10 and 11: what a researcher and a new user stumbled on in the API and the CLI (labels start
+# with "api"), tests/test_api_stumbles.py
+A=tests/test_api_stumbles.py
+mutate fedalf_jax/experiment/registry.py '        if any(n is not None for n in flat):' '        if False:' \
+  "api: clients=[a, b] reported as a shape () error (item 10)" "$A -k flat_index"
+mutate fedalf_jax/experiment/config.py '        elif data.clients is not None:  # a scheme would split' '        elif False:  # a scheme would split' \
+  "api: pat1 over a data set's own client lists ignores them (item 10)" "$A -k partition_scheme"
+mutate docs/extending.md 'are allowed but not kept' 'are refused' "api: the docs refuse the sown intermediates that run (item 10)" \
+  "$A -k sown"
+mutate fedalf_jax/api.py '**{k: opts[k] for k in varied}, "status": r.status,' '"status": r.status,' \
+  "api: the sweep table without the varied options (item 10)" "$A -k sweep_table"
+mutate fedalf_jax/experiment/metrics.py '    return jnp.degrees(angle) if degrees else angle' '    return angle' \
+  "api: fairness_angle(degrees=True) in radians (item 10)" "$A -k fairness_angle"
+mutate fedalf_jax/experiment/report.py '                r.eta_option, r.eta = "server_lr", float(r.cfg["server_lr"])' '                pass' \
+  "api: the report's eta is lr where a user's algorithm sweeps server_lr (item 10)" "$A -k report_names_eta"
+mutate docs/extending.md 'Write it with `jnp.vdot` to' 'Write it as you like to' \
+  "api: the docs do not say the penalty needs jnp.vdot to be bit-equal (item 10)" "$A -k sum_of_squares"
+mutate fedalf_jax/api.py '        S.resume(root, chunk=chunk, progress=progress)' '        S.sweep(configs, out, chunk=chunk, progress=progress)' \
+  "api: fj.sweep(resume=True) refuses the finished sweep (item 11)" "$A -k sweep_runs_again"
+mutate fedalf_jax/api.py '        S.remove_sweep(root)' '        pass' "api: fj.sweep(overwrite=True) keeps the old sweep (item 11)" \
+  "$A -k sweep_runs_again"
+mutate README.md 'print(sw.table)  ' 'sw.table  ' "api: the README's API block prints no table (item 11)" "$A -k readme"
+mutate fedalf_jax/api.py 'Without ``out`` nothing is kept on disk' 'Without ``out`` the run is kept' \
+  "api: fj.run's docstring silent on what it keeps (item 11)" "$A -k readme"
+mutate fedalf_jax/cli.py '"(default: local)",' '"",' "api: --dual-from shows (default: none) (item 11)" "$A -k help_shows"
+mutate fedalf_jax/cli.py '        return name.replace(":", "_").replace("/", "_")' '        return name.replace("/", "_")' \
+  "api: the default --out of module:attribute holds a colon (item 11)" "$A -k default_out"
+mutate fedalf_jax/cli.py '    p.add_argument("--version", action=_Version,' '    p.add_argument("--vers", action=_Version,' \
+  "api: no fedalf --version (item 11)" "$A -k version"
+mutate notebooks/fedalf_round.ipynb "project's active-set solver (Wolfe's" "jaxopt's BoxOSQP solver (Wolfe's" \
+  "api: the round notebook names another QP solver than it runs (item 11)" "$A -k notebook_describes"
 exit $status

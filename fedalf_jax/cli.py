@@ -84,7 +84,8 @@ _HELP = {
     "qp_method": "the per-layer dual QP solver: active (Wolfe's active-set method, exact), osqp (jaxopt "
                  "BoxOSQP + active-set polish), pgd (projected gradient), auto (active up to 256 rows, pgd above)",
     "dual_from": "ADMM dual update from the local model (local, the paper's; with the increment or augmented "
-                 "upload it voids the privacy guarantee) or from the perturbed one (perturbed: keeps it)",
+                 "upload it voids the privacy guarantee) or from the perturbed one (perturbed: keeps it) "
+                 "(default: local)",
     "ldp": "local differential privacy on each upload: adaptive (the paper's LDP-FedALF), ldp_fl, none",
     "ldp_on": "what the local mechanism perturbs: weights (each weight's offset from its tensor's centre, the "
               "paper's reading) or update (each value of w_i − θ_t: the noise scales with the update); default: "
@@ -123,6 +124,32 @@ _BENCH_HELP = {
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _Version(argparse.Action):
+    """``fedalf --version``: the package's and JAX's versions, read from the installed metadata (JAX is
+    not imported)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit(0)
+
+
+def version_text() -> str:
+    """``fedalf 0.1.0 (jax 0.4.35, jaxlib 0.4.35)``."""
+    from importlib import metadata
+
+    from . import __version__
+
+    def installed(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+    return f"fedalf {__version__} (jax {installed('jax')}, jaxlib {installed('jaxlib')})"
 
 
 def _bool(s: str) -> bool:
@@ -201,8 +228,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def default_out(cfg: Config) -> str:
-    """``runs/<algorithm>-<model>-<timestamp>`` (a run without --out still keeps what it computes)."""
-    stem = Path("runs") / f"{cfg.algorithm}-{cfg.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``runs/<algorithm>-<model>-<timestamp>`` (a run without --out still keeps what it computes); a
+    ``module:attribute`` name's ``:`` and ``/`` become ``_`` (no colon or extra folder in the name)."""
+    def plain(name: str) -> str:
+        return name.replace(":", "_").replace("/", "_").replace("\\", "_")
+    stem = Path("runs") / f"{plain(cfg.algorithm)}-{plain(cfg.model)}-{time.strftime('%Y%m%d-%H%M%S')}"
     out, k = stem, 1
     while out.exists():
         k += 1
@@ -244,6 +274,7 @@ def init_distributed(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fedalf", description="Fair, private federated learning simulator (FedALF, LDP-FedALF).")
+    p.add_argument("--version", action=_Version, help="print fedalf_jax's and JAX's versions and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one experiment", epilog=_CTRL_C)
     r.add_argument("--config", default=None, help=_HELP["config"] + "; its 'out' is ignored (--out chooses)")

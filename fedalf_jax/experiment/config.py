@@ -316,6 +316,11 @@ class Config:
             if self.clients != data.num_clients:
                 raise ConfigError(f"data set {self.dataset!r} gives {data.num_clients} clients' lists but clients is "
                                   f"{self.clients}; set clients={data.num_clients}")
+        elif data.clients is not None:  # a scheme would split the pooled rows and ignore the lists
+            raise ConfigError(f"data set {self.dataset!r} was registered with its own client lists, which partition "
+                              f"{self.partition} would ignore; run it with partition='given' (and "
+                              f"clients={data.num_clients}), or register it without clients= to split it by "
+                              f"{self.partition}")
 
     @property
     def privacy(self) -> dict:

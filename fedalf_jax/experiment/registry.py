@@ -318,6 +318,16 @@ def _index_lists(name: str, what: str, lists, n: int) -> list:
     return out
 
 
+def _flat_rows(part) -> Optional[int]:
+    """The length of ``part`` when it is one flat array (or list) of indices rather than a list of
+    per-client index arrays; else ``None``."""
+    if hasattr(part, "ndim") and hasattr(part, "shape"):
+        return int(part.shape[0]) if part.ndim == 1 and part.shape[0] else None
+    if isinstance(part, (list, tuple)) and part and np.isscalar(part[0]):
+        return len(part)
+    return None
+
+
 def make_data(name: str, x_train, y_train, x_test, y_test, *, num_classes: Optional[int] = None,
               clients: Optional[tuple] = None) -> ArrayData:
     """Check the arrays (one clear error naming any mismatch) and return an :class:`ArrayData`."""
@@ -347,6 +357,12 @@ def make_data(name: str, x_train, y_train, x_test, y_test, *, num_classes: Optio
         if not (isinstance(clients, (tuple, list)) and len(clients) == 2):
             raise RegistryError(f"dataset {name!r}: clients must be (train_lists, test_lists), one index list "
                                 f"per client in each")
+        flat = [_flat_rows(part) for part in clients]
+        if any(n is not None for n in flat):  # e.g. clients=[rows_a, rows_b]: flat index arrays, not lists of them
+            raise RegistryError(f"dataset {name!r}: clients was given {len(clients)} flat index arrays (of "
+                                f"{' and '.join('?' if n is None else str(n) for n in flat)} indices), but it must "
+                                f"be (train_lists, test_lists), one index array per client in each, e.g. "
+                                f"clients=([train_rows_0, train_rows_1], [test_rows_0, test_rows_1])")
         tr = _index_lists(name, "train", clients[0], x_train.shape[0])
         te = _index_lists(name, "test", clients[1], x_test.shape[0])
         if len(tr) != len(te):

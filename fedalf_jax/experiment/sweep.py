@@ -230,6 +230,28 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
                        compress=compress_checkpoints)
 
 
+def remove_sweep(out: str | Path) -> None:
+    """Remove the sweep in ``out`` (``fj.sweep(..., overwrite=True)``): every run's files
+    (:meth:`RunDir.remove_run_files`, each under its run's lock), each run folder left empty, then
+    ``sweep.json``; a user's other files stay. Refused, changing nothing, while a process writes it."""
+    root = Path(out)
+    info = read_sweep(root)
+    with RunDir(root).lock():
+        held = [RunDir(root / e["dir"]) for e in info["runs"] if (root / e["dir"]).is_dir()]
+        locks = []
+        try:
+            for rd in held:  # every run held first: one being written refuses the whole removal
+                locks.append(rd.lock())
+            for rd in held:
+                rd.remove_run_files()
+        finally:
+            for lock in locks:
+                lock.release()
+        for rd in held:
+            rd.remove_if_unused()
+        (root / "sweep.json").unlink()
+
+
 def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compress=None) -> list[dict]:
     info = read_sweep(root)
     if any("config" not in e for e in info["runs"]):
