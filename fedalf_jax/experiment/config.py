@@ -79,9 +79,14 @@ _PRIVATE_SERVER_LR = {"fedalf": (1.0, 0.999)}  # η_g: 1.0 beat the paper's 0.5 
 LEGACY = {"ldp_on": "weights", "fair_norm": "raw"}
 
 
-# Options that may change when a run is resumed: its length, its cadences, its writers and its folder.
-# Every other option is part of the run's identity (Config.identity).
-BOOKKEEPING = ("rounds", "eval_every", "train_loss_every", "checkpoint_every", "log", "out")
+# Options that may change when a run is resumed: its length, its cadences, its writers, its folder and
+# where its data files lie (the data's digest is what counts: CONTENT). Every other option is part of the
+# run's identity (Config.identity).
+BOOKKEEPING = ("rounds", "eval_every", "train_loss_every", "checkpoint_every", "log", "out", "data_dir")
+# Identity entries that digest content rather than options: the arrays loaded from files (rundir.run_identity)
+# and a user's algorithm's or model's code (Config.identity). A checkpoint without one (written before they
+# were recorded) or with "uncheckable" cannot be checked; rundir.RunDir.usable_checkpoint says so.
+CONTENT = ("data_digest", "algorithm_code", "model_code")
 
 
 def identity_digest(identity: dict) -> str:
@@ -90,13 +95,15 @@ def identity_digest(identity: dict) -> str:
 
 def identity_diff(a: dict, b: dict) -> list[str]:
     """The options whose values differ between two identities (sorted). An option one of them lacks
-    (recorded before the option existed) counts with its default, the value it ran with."""
+    (recorded before the option existed) counts with its default, the value it ran with. Bookkeeping
+    options (an identity recorded when ``data_dir`` was part of it) and :data:`CONTENT` digests, checked
+    on their own, are left out."""
     defaults = {**{f.name: f.default for f in dataclasses.fields(Config)}, **LEGACY}
 
     def get(d, k):
         return d.get(k, defaults.get(k, "<missing>"))
 
-    return sorted(k for k in set(a) | set(b) if get(a, k) != get(b, k))
+    return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))
 
 
 # Keys that config.json carries for the reader but that are derived from the options (Config.privacy):
@@ -248,8 +255,9 @@ class Config:
 
     def identity(self) -> dict:
         """What a run's trajectory depends on: every option but :data:`BOOKKEEPING`, with the per-algorithm
-        defaults resolved (a changed default changes the identity too). A checkpoint records it, and
-        ``--resume`` refuses a config whose identity differs."""
+        defaults resolved (a changed default changes the identity too), and the digest of a user's algorithm
+        or model code (:data:`CONTENT`). A checkpoint records it (with the loaded data's digest:
+        ``rundir.run_identity``), and ``--resume`` refuses a config whose identity differs."""
         d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING}
         d.update(server_lr=self.resolved_server_lr, server_lr_decay=self.resolved_server_lr_decay,
                  rho=self.resolved_rho, server_target=self.resolved_server_target, history=self.resolved_history,
@@ -260,6 +268,9 @@ class Config:
             d["central_accounting"] = "sampled without replacement, replace-one"
         if self.dataset not in DATASETS:  # a registered data set: its arrays are part of the run's identity
             d["dataset_digest"] = registry.dataset(self.dataset).digest
+        for kind, name, builtin in (("algorithm", self.algorithm, ALGORITHMS), ("model", self.model, MODELS)):
+            if name not in builtin:  # a user's code: its source file's digest (built-in code: the package's)
+                d[f"{kind}_code"] = registry.code(kind, name)[0]
         return d
 
     @classmethod
@@ -308,6 +319,11 @@ class Config:
             if self.clients != data.num_clients:
                 raise ConfigError(f"data set {self.dataset!r} gives {data.num_clients} clients' lists but clients is "
                                   f"{self.clients}; set clients={data.num_clients}")
+        elif data.clients is not None:  # a scheme would split the pooled rows and ignore the lists
+            raise ConfigError(f"data set {self.dataset!r} was registered with its own client lists, which partition "
+                              f"{self.partition} would ignore; run it with partition='given' (and "
+                              f"clients={data.num_clients}), or register it without clients= to split it by "
+                              f"{self.partition}")
 
     @property
     def privacy(self) -> dict:
