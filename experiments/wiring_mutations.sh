@@ -233,7 +233,7 @@ mutate fedalf_jax/cli.py '[1, 8] if jax.default_backend() != "cpu" else [0]' '[1
 mutate experiments/gpu_session.sh '    exit "$rc"' '    true' "kit: gpu_session goes on after a failing command" "$K -k command_fails"
 mutate experiments/gpu_session.sh 'PY=${PYTHON:-.venv/bin/python}' 'PY=python3' "kit: gpu_session runs the system python3" \
   "$K -k smoke_step"
-mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compressed=compress)' '        pass' \
+mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compressed=compress, announce=announce)' '        pass' \
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
 mutate fedalf_jax/experiment/bench.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"

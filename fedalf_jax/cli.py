@@ -363,9 +363,11 @@ def _cmd_sweep(args) -> int:
     if args.resume and planned:
         if given or args.seeds or args.config:  # the flags must describe the sweep that is there
             configs = _sweep_configs(args, given)
-            there = [r["config"] for r in S.read_sweep(args.out)["runs"]]
-            if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(
-                    json.dumps({**c, "out": None}, sort_keys=True) for c in there):
+            there = sorted(json.dumps({**r["config"], "out": None}, sort_keys=True)
+                           for r in S.read_sweep(args.out)["runs"])
+            # a sweep.json lists the distinct runs (S.distinct); one written before lists every combination
+            if all(sorted(json.dumps(c.to_dict(), sort_keys=True) for c in cs) != there
+                   for cs in (S.distinct(configs)[0], configs)):
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
                                   f"resume it with only --out (and --rounds N to extend it, --sweep-chunk, "
                                   f"--no-progress)")
