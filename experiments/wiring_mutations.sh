@@ -237,4 +237,19 @@ mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compres
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
 mutate fedalf_jax/experiment/bench.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
+# issue #29 item 7: a sweep runs each distinct configuration once and shows its stage from its start
+# (labels start with "dedupe"), tests/test_sweep_dedupe.py
+D=tests/test_sweep_dedupe.py
+mutate fedalf_jax/experiment/sweep.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
+  '        ident = c.identity()' "dedupe: ignored options not normalised (every combination a run)" "$D -k distinct"
+mutate fedalf_jax/experiment/config.py '        out.update(lr="client_grad=full", lr_decay="client_grad=full")' '        pass' \
+  "dedupe: FedLF client_grad=full said to read --lr" "$D -k distinct"
+mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
+  "dedupe: the sweep runs every combination" "$D -k ignored_lr"
+mutate fedalf_jax/cli.py '                   for cs in (S.distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
+  "dedupe: --resume with the options refuses a sweep.json of distinct runs" "$D -k ignored_lr"
+mutate fedalf_jax/experiment/sweep.py "            with bar.stage(f\"planning {len(configs)} run{'s' if len(configs) != 1 else ''}\"):" \
+  '            with contextlib.nullcontext():' "dedupe: the sweep says nothing while it plans" "$D -k stage"
+mutate fedalf_jax/experiment/sweep.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
+  "dedupe: compiling while it plans memory not shown" "$D -k stage"
 exit $status
