@@ -86,7 +86,7 @@ mutate fedalf_jax/experiment/sweep.py 'self.run_map = default_run_map() if cfg0.
 
 # issue #13, items 1-8 (labels start with "trust"): tests/test_trust.py
 T=tests/test_trust.py
-mutate fedalf_jax/experiment/config.py 'return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>"))' \
+mutate fedalf_jax/experiment/config.py 'return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))' \
   'return []' "trust: a checkpoint's identity is not compared" "$T -k edited_since"
 mutate fedalf_jax/experiment/rundir.py "if not resume and self.holds_run():" "if False:" \
   "trust: a new run overwrites a finished one" "$T -k holds_one"
@@ -237,6 +237,108 @@ mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compres
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
 mutate fedalf_jax/experiment/bench.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
+# issue #27 items 13-16: privacy statements that are bounds (labels start with "privbound"), tests/test_privacy_bounds.py
+PB=tests/test_privacy_bounds.py
+mutate fedalf_jax/experiment/accounting.py '    k = dist["max"]  # the headline is a bound for every client: at the largest count reached' \
+  '    k = expected_participations(m, n, t)' "privbound: item 13: headline epsilon at the expected count" "$PB -k headline"
+mutate fedalf_jax/experiment/accounting.py '    k = max(_realised_counts(cfg, t, counts))' '    k = expected_participations(m, n, t)' \
+  "privbound: item 13: progress line epsilon at the expected count" "$PB -k headline"
+mutate fedalf_jax/sim/privacy.py '    t = jnp.clip((w - c) / r, -1.0, 1.0)' '    t = (w - c) / r' \
+  "privbound: item 14: ldp_fl's delta/r not clipped to [-1, 1]" "$PB -k ldp_fl"
+mutate fedalf_jax/experiment/config.py '    if cfg.ldp == "ldp_fl" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:' '    if False:' \
+  "privbound: item 14: ldp_fl's cut-off not in the guarantee" "$PB -k ldp_fl"
+mutate fedalf_jax/experiment/accounting.py 'Q_MIN = 1e-5 ' 'Q_MIN = 0.0 ' \
+  "privbound: item 15: central sampling rate unbounded" "$PB -k accountant"
+mutate fedalf_jax/experiment/config.py '        _check_accountable(self)' '        pass' \
+  "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
+mutate fedalf_jax/experiment/config.py "    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own" \
+  '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
+# issue #27 item 0: a sweep's padded call (6 runs as 8 over 4 CPU devices) and a run's sharded clients
+# (labels start with "devices"), tests/test_devices.py
+DV=tests/test_devices.py
+mutate fedalf_jax/experiment/sweep.py "slots_idx = part + [part[0]] * (width - len(part))" \
+  "slots_idx = [part[0]] * (width - len(part)) + part" \
+  "devices: padding slots first (a run computed with another run's seed, data and lr)" "$DV -k four_cpu"
+mutate fedalf_jax/experiment/sweep.py "self._stack([hparams(self.members[i][0]) for i in idx])" \
+  "self._stack([hparams(self.members[i][0]) for i in sorted(idx)])" \
+  "devices: a padded call's hyper-parameters out of slot order (seeds right, lrs shifted)" "$DV -k four_cpu"
+mutate fedalf_jax/sim/round.py "jax.lax.dynamic_slice_in_dim(x, i * k, k)" "jax.lax.dynamic_slice_in_dim(x, 0, k)" \
+  "devices: every device trains the first m/D sampled clients" "$DV -k four_cpu"
+# issue #27 items 3, 9 and 11: damaged or missing files of a run or sweep directory (labels start with "damaged"),
+# tests/test_damaged_files.py
+DF=tests/test_damaged_files.py
+mutate fedalf_jax/experiment/writers.py "    if want is not None and header != want:" "    if False:" \
+  "damaged: metrics.csv's header not checked on resume" "$DF -k drop_a_column_everywhere"
+mutate fedalf_jax/experiment/writers.py "        if len(r) != width:" "        if False:" \
+  "damaged: a row of the wrong width read" "$DF -k drop_a_value"
+mutate fedalf_jax/experiment/writers.py "        if step <= last_step:" "        if step < last_step:" \
+  "damaged: a repeated round read twice" "$DF -k repeat_round"
+mutate fedalf_jax/experiment/writers.py "        bad = next((j for j, v in enumerate(r) if not _is_number(v)), None)" "        bad = None" \
+  "damaged: a value that is not a number read" "$DF -k a_word_for_a_number"
+mutate fedalf_jax/experiment/writers.py "        cut = final and (not ends or len(r) < width)" "        cut = False" \
+  "damaged: the last line cut short by a kill refused" "$DF -k cut_short"
+mutate fedalf_jax/experiment/report.py "        except DamagedFile:  # a damaged metrics.csv" "        except ZeroDivisionError:  #" \
+  "damaged: fedalf report skips a damaged metrics.csv as unreadable" "$DF -k report_refuses"
+mutate fedalf_jax/experiment/report.py '        read_csv_rows(rd.path / METRICS, columns=metric_columns(int(run.cfg["clients"])))' '        pass' \
+  "damaged: fedalf report does not check metrics.csv's header" "$DF -k report_refuses"
+mutate fedalf_jax/experiment/sweep.py "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients))" "                pass" \
+  "damaged: sweep --resume checks metrics.csv after extending sweep.json" "$DF -k sweep_resume_refuses"
+mutate fedalf_jax/experiment/loop.py "                return _rebuild_summary(cfg, rd, state, writer)" "                pass" \
+  "damaged: a finished run's lost summary.json not rebuilt" "$DF -k missing_summary"
+mutate fedalf_jax/cli.py "    if not rows:  # an ended run whose" "    if False:  # an ended run whose" \
+  "damaged: rows[-1] of an empty metrics.csv" "$DF -k without_evaluations"
+mutate fedalf_jax/experiment/sweep.py '        if was != rounds and from_run(e["config"]).get("dp") == "central"' '        if False and was != rounds' \
+  "damaged: a central-DP sweep's extension refused after sweep.json is rewritten" "$DF -k central_dp_sweep"
+mutate fedalf_jax/experiment/rundir.py '            if diff == ["central_rounds"]:' '            if False:' \
+  "damaged: a central-DP run's refused extension says restore config.json" "$DF -k central_dp_run"
+# issue #27 items 4-6: a run's identity is its data's arrays, its user code and its options' resolved values
+# (labels start with "identity"), tests/test_identity.py
+ID=tests/test_identity.py
+mutate fedalf_jax/experiment/rundir.py '        ident["data_digest"] = loaded_data(cfg)[0]' '        pass' \
+  "identity: the loaded data's digest not recorded (item 4)" "$ID -k refused"
+mutate fedalf_jax/experiment/config.py '"log", "out", "data_dir")' '"log", "out")' \
+  "identity: data_dir part of the identity (item 4)" "$ID -k same_arrays"
+mutate fedalf_jax/experiment/config.py '                d[f"{kind}_code"] = registry.code(kind, name)[0]' '                pass' \
+  "identity: user code's digest not recorded (item 5)" "$ID -k changed_user_code"
+mutate fedalf_jax/experiment/rundir.py '            elif "uncheckable" in (old, new):' '            elif False:' \
+  "identity: uncheckable user code refused instead of said (item 5)" "$ID -k cannot_be_checked"
+mutate fedalf_jax/cli.py '            changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]' \
+  '            changed = [k for k in options if k not in C.BOOKKEEPING and want.to_dict()[k] != old.to_dict()[k]]' \
+  "identity: run --resume compares raw options, not resolved values (item 6)" "$ID -k run_resume_accepts"
+mutate fedalf_jax/cli.py '            if all(sorted(map(_resolved, cs)) != sorted(map(_resolved, there))' \
+  '            if all(sorted(json.dumps(c.to_dict(), sort_keys=True) for c in cs) != sorted(json.dumps(c.to_dict(), sort_keys=True) for c in there)' \
+  "identity: sweep --resume compares raw options, not resolved values (item 6)" "$ID -k sweep_resume_accepts"
+# issue #28 items 10 and 11: what a researcher and a new user stumbled on in the API and the CLI (labels start
+# with "api"), tests/test_api_stumbles.py
+A=tests/test_api_stumbles.py
+mutate fedalf_jax/experiment/registry.py '        if any(n is not None for n in flat):' '        if False:' \
+  "api: clients=[a, b] reported as a shape () error (item 10)" "$A -k flat_index"
+mutate fedalf_jax/experiment/config.py '        elif data.clients is not None:  # a scheme would split' '        elif False:  # a scheme would split' \
+  "api: pat1 over a data set's own client lists ignores them (item 10)" "$A -k partition_scheme"
+mutate docs/extending.md 'are allowed but not kept' 'are refused' "api: the docs refuse the sown intermediates that run (item 10)" \
+  "$A -k sown"
+mutate fedalf_jax/api.py '**{k: opts[k] for k in varied}, "status": r.status,' '"status": r.status,' \
+  "api: the sweep table without the varied options (item 10)" "$A -k sweep_table"
+mutate fedalf_jax/experiment/metrics.py '    return jnp.degrees(angle) if degrees else angle' '    return angle' \
+  "api: fairness_angle(degrees=True) in radians (item 10)" "$A -k fairness_angle"
+mutate fedalf_jax/experiment/report.py '                r.eta_option, r.eta = "server_lr", float(r.cfg["server_lr"])' '                pass' \
+  "api: the report's eta is lr where a user's algorithm sweeps server_lr (item 10)" "$A -k report_names_eta"
+mutate docs/extending.md 'Write it with `jnp.vdot` to' 'Write it as you like to' \
+  "api: the docs do not say the penalty needs jnp.vdot to be bit-equal (item 10)" "$A -k sum_of_squares"
+mutate fedalf_jax/api.py '        S.resume(root, chunk=chunk, progress=progress)' '        S.sweep(configs, out, chunk=chunk, progress=progress)' \
+  "api: fj.sweep(resume=True) refuses the finished sweep (item 11)" "$A -k sweep_runs_again"
+mutate fedalf_jax/api.py '        S.remove_sweep(root)' '        pass' "api: fj.sweep(overwrite=True) keeps the old sweep (item 11)" \
+  "$A -k sweep_runs_again"
+mutate README.md 'print(sw.table)  ' 'sw.table  ' "api: the README's API block prints no table (item 11)" "$A -k readme"
+mutate fedalf_jax/api.py 'Without ``out`` nothing is kept on disk' 'Without ``out`` the run is kept' \
+  "api: fj.run's docstring silent on what it keeps (item 11)" "$A -k readme"
+mutate fedalf_jax/cli.py '"(default: local)",' '"",' "api: --dual-from shows (default: none) (item 11)" "$A -k help_shows"
+mutate fedalf_jax/cli.py '        return name.replace(":", "_").replace("/", "_")' '        return name.replace("/", "_")' \
+  "api: the default --out of module:attribute holds a colon (item 11)" "$A -k default_out"
+mutate fedalf_jax/cli.py '    p.add_argument("--version", action=_Version,' '    p.add_argument("--vers", action=_Version,' \
+  "api: no fedalf --version (item 11)" "$A -k version"
+mutate notebooks/fedalf_round.ipynb "project's active-set solver (Wolfe's" "jaxopt's BoxOSQP solver (Wolfe's" \
+  "api: the round notebook names another QP solver than it runs (item 11)" "$A -k notebook_describes"
 # issue #29 item 7: a sweep runs each distinct configuration once and shows its stage from its start
 # (labels start with "dedupe"), tests/test_sweep_dedupe.py
 D=tests/test_sweep_dedupe.py

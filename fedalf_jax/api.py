@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -109,7 +110,9 @@ def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool 
     """Run one configuration: ``fj.run(fj.Config(algorithm="fedavg", model="mlp"))`` or
     ``fj.run(algorithm="fedavg", model="mlp", rounds=20)`` (options override ``cfg``'s). With ``out`` set
     the run writes its directory (config.json, metrics.csv, checkpoints) and ``resume``/``overwrite`` act as
-    the CLI's ``--resume``/``--overwrite``. Raises ``FloatingPointError`` when the model diverges."""
+    the CLI's ``--resume``/``--overwrite``. Without ``out`` nothing is kept on disk: the result (metrics,
+    final model) lives only in the returned :class:`Result` (``fedalf run`` without ``--out``, by contrast,
+    writes ``runs/<algorithm>-<model>-<time>``). Raises ``FloatingPointError`` when the model diverges."""
     from .experiment.loop import run as run_loop
     from .experiment.rundir import RunDir
     cfg = _config(cfg, options)
@@ -133,18 +136,30 @@ def load(run_dir: str | Path) -> Result:
 @dataclasses.dataclass(eq=False)
 class SweepResult:
     """A sweep's runs (``runs``, each a :class:`Result`), its folder, and ``table``: one row per run with
-    its name, the options that vary, and its final metrics."""
+    its name, algorithm and seed, a column for every other option whose value varies across the runs
+    (e.g. ``server_lr``), its status and its final metrics."""
 
     out: Path
     runs: list
     names: list
 
     @property
+    def varied(self) -> list:
+        """The options (besides ``algorithm`` and ``seed``) whose values differ between the runs, in
+        :class:`Config`'s order."""
+        dicts = [r.config.to_dict() for r in self.runs]
+        keys = [k for k in (dicts[0] if dicts else {}) if k not in ("algorithm", "seed", "out")]
+        return [k for k in keys if len({repr(d.get(k)) for d in dicts}) > 1]
+
+    @property
     def table(self):
         import pandas as pd
+        varied = self.varied
         rows = []
         for name, r in zip(self.names, self.runs):
-            rows.append({"run": name, "algorithm": r.config.algorithm, "seed": r.config.seed, "status": r.status,
+            opts = r.config.to_dict()
+            rows.append({"run": name, "algorithm": r.config.algorithm, "seed": r.config.seed,
+                         **{k: opts[k] for k in varied}, "status": r.status,
                          **{k: r.final.get(k) for k in ("mean_acc", "angle_deg", "worst10_acc")}})
         return pd.DataFrame(rows)
 
@@ -159,12 +174,18 @@ class SweepResult:
 
 
 def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[dict] = None,
-          seeds: Iterable[int] = (0,), progress: bool = True, chunk: Optional[int] = None, **options) -> SweepResult:
+          seeds: Iterable[int] = (0,), progress: bool = True, chunk: Optional[int] = None, resume: bool = False,
+          overwrite: bool = False, **options) -> SweepResult:
     """Run ``cfg`` (or ``Config(**options)``) for every combination of ``grid`` (option name → list of
-    values) and every seed, as vmapped programs, into run directories under ``out`` (one per run; the
-    same call again resumes what is unfinished). E.g. ``fj.sweep(cfg, out="runs/s", grid={"algorithm":
-    ["fedavg", "fedalf"]}, seeds=[0, 1, 2])``."""
+    values) and every seed, as vmapped programs, into run directories under ``out`` (one per run). E.g.
+    ``fj.sweep(cfg, out="runs/s", grid={"algorithm": ["fedavg", "fedalf"]}, seeds=[0, 1, 2])``.
+
+    A folder that already holds a sweep is refused unless ``resume=True`` (the same call again: its
+    unfinished runs are finished, its finished ones read back; the options must describe the same runs),
+    or ``overwrite=True`` (the sweep's run files and ``sweep.json`` are removed first), as ``fj.run``'s."""
     from .experiment import sweep as S
+    if resume and overwrite:
+        raise ConfigError("resume=True continues the sweep in out and overwrite=True replaces it; choose one")
     cfg = _config(cfg, options)
     base = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "out")}
     grid = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (grid or {}).items()}
@@ -172,9 +193,22 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     if unknown:
         raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
     configs = S.expand(base, grid, list(seeds))
-    S.sweep(configs, out, chunk=chunk, progress=progress)
-    from .experiment.rundir import read_sweep
     root = Path(out)
+    if (root / "sweep.json").is_file() and not resume:
+        if not overwrite:
+            raise ConfigError(f"{root} already holds a sweep; continue it with fj.sweep(..., resume=True), replace "
+                              f"it with overwrite=True, or choose another out")
+        S.remove_sweep(root)
+    if resume and (root / "sweep.json").is_file():
+        there = [e["config"] for e in S.read_sweep(root)["runs"]]
+        if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(
+                json.dumps({**c, "out": None}, sort_keys=True) for c in there):
+            raise ConfigError(f"resume=True: the options describe other runs than the sweep in {root}; give the "
+                              f"sweep's own options, overwrite=True to replace it, or another out")
+        S.resume(root, chunk=chunk, progress=progress)
+    else:
+        S.sweep(configs, out, chunk=chunk, progress=progress)
+    from .experiment.rundir import read_sweep
     entries = read_sweep(root)["runs"]
     return SweepResult(root, [load(root / e["dir"]) for e in entries], [e["name"] for e in entries])
 

@@ -84,7 +84,8 @@ _HELP = {
     "qp_method": "the per-layer dual QP solver: active (Wolfe's active-set method, exact), osqp (jaxopt "
                  "BoxOSQP + active-set polish), pgd (projected gradient), auto (active up to 256 rows, pgd above)",
     "dual_from": "ADMM dual update from the local model (local, the paper's; with the increment or augmented "
-                 "upload it voids the privacy guarantee) or from the perturbed one (perturbed: keeps it)",
+                 "upload it voids the privacy guarantee) or from the perturbed one (perturbed: keeps it) "
+                 "(default: local)",
     "ldp": "local differential privacy on each upload: adaptive (the paper's LDP-FedALF), ldp_fl, none",
     "ldp_on": "what the local mechanism perturbs: weights (each weight's offset from its tensor's centre, the "
               "paper's reading) or update (each value of w_i − θ_t: the noise scales with the update); default: "
@@ -123,6 +124,32 @@ _BENCH_HELP = {
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _Version(argparse.Action):
+    """``fedalf --version``: the package's and JAX's versions, read from the installed metadata (JAX is
+    not imported)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit(0)
+
+
+def version_text() -> str:
+    """``fedalf 0.1.0 (jax 0.4.35, jaxlib 0.4.35)``."""
+    from importlib import metadata
+
+    from . import __version__
+
+    def installed(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+    return f"fedalf {__version__} (jax {installed('jax')}, jaxlib {installed('jaxlib')})"
 
 
 def _bool(s: str) -> bool:
@@ -187,20 +214,25 @@ def config_from_args(args: argparse.Namespace) -> Config:
         rd = RunDir(args.out)
         if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
             saved = rd.config_dict()
-            want = Config.from_dict({**saved, **base, **given}).to_dict()
-            old = Config.from_dict(saved).to_dict()  # an option newer than the run: its default
-            changed = sorted(k for k in want if k not in C.BOOKKEEPING and want[k] != old[k])
+            want = Config.from_dict({**saved, **base, **given})
+            old = Config.from_dict(saved)  # an option newer than the run: its default
+            # resolved values, as the checkpoint's identity compares them: --rho 0.01 is fedalf's default
+            options = {f.name for f in dataclasses.fields(Config)}  # (derived entries follow their options)
+            changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]
             if changed:
                 raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds, "
-                                  f"the cadences and --log may change, not {', '.join(changed)}")
+                                  f"the cadences, --log and --data-dir may change, not {', '.join(changed)}")
             keep = {k: v for k, v in {**base, **given}.items() if k in C.BOOKKEEPING}
             return Config.from_dict({**saved, **keep, "out": args.out})
     return Config.from_dict({**base, **given})
 
 
 def default_out(cfg: Config) -> str:
-    """``runs/<algorithm>-<model>-<timestamp>`` (a run without --out still keeps what it computes)."""
-    stem = Path("runs") / f"{cfg.algorithm}-{cfg.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``runs/<algorithm>-<model>-<timestamp>`` (a run without --out still keeps what it computes); a
+    ``module:attribute`` name's ``:`` and ``/`` become ``_`` (no colon or extra folder in the name)."""
+    def plain(name: str) -> str:
+        return name.replace(":", "_").replace("/", "_").replace("\\", "_")
+    stem = Path("runs") / f"{plain(cfg.algorithm)}-{plain(cfg.model)}-{time.strftime('%Y%m%d-%H%M%S')}"
     out, k = stem, 1
     while out.exists():
         k += 1
@@ -242,13 +274,14 @@ def init_distributed(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fedalf", description="Fair, private federated learning simulator (FedALF, LDP-FedALF).")
+    p.add_argument("--version", action=_Version, help="print fedalf_jax's and JAX's versions and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one experiment", epilog=_CTRL_C)
     r.add_argument("--config", default=None, help=_HELP["config"] + "; its 'out' is ignored (--out chooses)")
     r.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (from round 0 if it has none yet); "
-                        "the checkpoint must come from the same options (only --rounds, the cadences and --log "
-                        "may change)")
+                        "the checkpoint must come from the same options, data and user code (only --rounds, the "
+                        "cadences, --log and --data-dir may change)")
     r.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out (its files are removed first); without it a folder that "
                         "holds a run is refused")
@@ -340,8 +373,11 @@ def _cmd_run(args) -> int:
         cfg = cfg.replace(out=default_out(cfg))
     init_distributed(args)
     rows = run(cfg, progress=not args.no_progress, resume=args.resume, overwrite=args.overwrite, announce=announce)
-    last = rows[-1]
     where = f" -> {cfg.out}" if cfg.out else ""
+    if not rows:  # an ended run whose metrics.csv lost its rows (a run that computes writes at least one)
+        raise ConfigError(f"the run in {cfg.out} has ended but its metrics.csv holds no evaluation; restore it, "
+                          f"or run it again with --overwrite")
+    last = rows[-1]
     print(f"round {last['round']}: mean_acc {last['mean_acc']:.4f}  angle {last['angle']:.4f} rad "
           f"({last['angle_deg']:.2f}°){where}")
     return 0
@@ -363,10 +399,9 @@ def _cmd_sweep(args) -> int:
     if args.resume and planned:
         if given or args.seeds or args.config:  # the flags must describe the sweep that is there
             configs = _sweep_configs(args, given)
-            there = sorted(json.dumps({**r["config"], "out": None}, sort_keys=True)
-                           for r in S.read_sweep(args.out)["runs"])
+            there = [Config.from_dict({**C.from_run(r["config"]), "out": None}) for r in S.read_sweep(args.out)["runs"]]
             # a sweep.json lists the distinct runs (S.distinct); one written before lists every combination
-            if all(sorted(json.dumps(c.to_dict(), sort_keys=True) for c in cs) != there
+            if all(sorted(map(_resolved, cs)) != sorted(map(_resolved, there))
                    for cs in (S.distinct(configs)[0], configs)):
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
                                   f"resume it with only --out (and --rounds N to extend it, --sweep-chunk, "
@@ -389,6 +424,13 @@ def _cmd_sweep(args) -> int:
     if best is not None:
         print(f"best: {best['name']} mean_acc {best['final']['mean_acc']:.4f} angle {best['final']['angle_deg']:.2f}°")
     return 0
+
+
+def _resolved(cfg: Config) -> str:
+    """A sweep run's options with the per-algorithm defaults resolved, as its identity has them (``--rho 0.01``
+    names fedalf's default), for comparing the flags of ``sweep --resume`` with ``sweep.json``."""
+    ident = {k: v for k, v in cfg.identity().items() if k in cfg.to_dict()}
+    return json.dumps({**cfg.to_dict(), **ident, "out": None}, sort_keys=True)
 
 
 def _sweep_configs(args, given: dict) -> list:

@@ -14,7 +14,7 @@ from fedalf_jax.experiment import accounting as A
 def _cfg(**kw):
     """A stand-in with Config's privacy attributes (dp="central" is not yet a Config value)."""
     base = dict(ldp="none", dp="none", epsilon=2.0, delta=1e-5, clip=1.0, neighbouring="add_remove",
-                clients=100, clients_per_round=10, rounds=200)
+                clients=100, clients_per_round=10, rounds=200, seed=0)
     return types.SimpleNamespace(**{**base, **kw})
 
 
@@ -135,12 +135,14 @@ def test_more_rounds_spend_more():
 def test_spent_records_say_what_they_mean():
     assert A.spent(_cfg(), 100) == {} and A.epsilon_spent(_cfg(), 100) is None
     g = A.spent(_cfg(dp="gaussian"), 200)
-    assert g["participations"] == 20 and g["participations_bound"] == A.participation_bound(0.1, 200)
-    assert g["epsilon"] == A.gaussian_local(2.0, 1e-5, 20)["epsilon"] and g["delta"] == 1e-5
-    assert g["epsilon_at_bound"] > g["epsilon"] and "no amplification" in g["accountant"]
-    assert "client" in g["per"] and "20 of the 200 rounds" in g["statement"]
+    # seed 0's sampling: the busiest client took part in 36 of the 200 rounds (tests/test_privacy_bounds.py)
+    assert g["participations"] == 36 and g["participations_bound"] == A.participation_bound(0.1, 200)
+    assert g["epsilon"] == A.gaussian_local(2.0, 1e-5, 36)["epsilon"] and g["delta"] == 1e-5
+    assert g["participations_expected"] == 20 and g["epsilon_expected"] == A.gaussian_local(2.0, 1e-5, 20)["epsilon"]
+    assert g["epsilon_at_bound"] < g["epsilon"] and "no amplification" in g["accountant"]
+    assert "client" in g["per"] and "36 of the 200 rounds" in g["statement"]
     v = A.spent(_cfg(ldp="ldp_fl"), 200, tensor_sizes={"k": 100, "b": 10})
-    assert v["basic"]["epsilon"] == 40.0 and v["per_tensor_per_round"] == {"k": 200.0, "b": 20.0}
+    assert v["basic"]["epsilon"] == 72.0 and v["per_tensor_per_round"] == {"k": 200.0, "b": 20.0}
     assert "weight" in v["per"] and "nε" in v["statement"]
     c = A.spent(_cfg(dp="central"), 100)
     assert c["noise_multiplier"] == pytest.approx(A.central_noise_multiplier(2.0, 1e-5, 0.1, 200))

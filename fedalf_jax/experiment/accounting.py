@@ -5,8 +5,11 @@ Pure host-side functions (no JAX) on top of Google's ``dp_accounting`` (RDP and 
 **Participation.** Each round the server samples ``m = clients_per_round`` of ``N = clients`` clients
 uniformly without replacement, so a client takes part in a round with probability ``q = m/N``,
 independently across rounds: over ``T`` rounds its participation count is Binomial(T, q), expected
-``qT``. The accounting reports the count ``k = ceil(qT)`` (:func:`expected_participations`) and the
-count exceeded with probability at most 10⁻³ (:func:`participation_bound`).
+``qT``. A run's headline is a bound for **every** client: it is stated at the largest count any client
+of the run really reached (:func:`participation`, from the run's own sampling, replayed from its seed
+by ``fedalf_jax.sim.round.participation_counts``), with the per-client counts beside it. The expected
+count ``ceil(qT)`` (:func:`expected_participations`) gives ``epsilon_expected``, a labelled extra, and
+:func:`participation_bound` the count exceeded with probability at most 10⁻³ (before the run).
 
 **Local mechanisms** (``ldp="adaptive"``, ``ldp="ldp_fl"`` and ``dp="gaussian"``, whose noise each
 client adds to its own clipped update) are seen by the server, and the server knows who took part, so
@@ -57,6 +60,7 @@ __all__ = [
     "gaussian_local",
     "ldp_per_value",
     "noise_multiplier_local",
+    "participation",
     "participation_bound",
     "spent",
 ]
@@ -67,6 +71,11 @@ HEADLINE_MARGIN = 0.01  # LDP: a composition at δ' > 0 is the headline only whe
 _PLD_LOCAL = 1e-2     # PLD discretisation (of the privacy loss) for the local Gaussian: ε within ~1e-5
 _PLD_CENTRAL = 1e-3   # for the Poisson-sampled Gaussian: ε within ~2e-4
 _PLD_RR = 1e-4        # randomized response: each of the k compositions adds its rounding (up to ~k·1e-4)
+# The accountants' inputs are bounded: beyond these the PLD's arrays explode (a hang, or an allocation of
+# hundreds of GiB deep inside dp_accounting) or its calibration misses its target.
+EPSILON_MAX = 100.0   # a Gaussian's ε (local and central)
+EPSILON_MIN_CENTRAL = 0.05  # central calibration below this misses its target (ε = 0.01 gave 0.0046)
+Q_MIN = 1e-5          # central sampling rate m/N (q = 1e-6 did not return in 40 s, 1e-9 in 10 minutes)
 
 
 # ---- checks ---------------------------------------------------------------------------------------
@@ -85,6 +94,12 @@ def _prob(name: str, v, *, one: bool = False) -> float:
     x = _pos(name, v)
     if x > 1 or (x == 1 and not one):
         raise ValueError(f"{name}={v!r} must lie in (0, 1{']' if one else ')'}")
+    return x
+
+
+def _within(name: str, x: float, lo: float, hi: float, why: str) -> float:
+    if not lo <= x <= hi:
+        raise ValueError(f"{name}={x:g} is outside the accountant's range [{lo:g}, {hi:g}] ({why})")
     return x
 
 
@@ -143,11 +158,40 @@ def participation_bound(q: float, rounds: int, exceeded_with: float = EXCEEDED_W
     return min(k, t)
 
 
+def participation(counts: Sequence[int]) -> dict:
+    """The distribution of a run's per-client participation counts, JSON-ready: ``per_client`` (client
+    ``i``'s count at index ``i``), ``min``, ``median``, ``max`` and ``histogram`` (count → number of
+    clients with it, keys as strings)."""
+    per = [_count(f"participation count of client {i}", c) for i, c in enumerate(counts)]
+    if not per:
+        raise ValueError("participation counts of no client: a run has at least one client")
+    srt = sorted(per)
+    n = len(srt)
+    median = float(srt[n // 2]) if n % 2 else (srt[n // 2 - 1] + srt[n // 2]) / 2.0
+    hist: dict[str, int] = {}
+    for c in srt:
+        hist[str(c)] = hist.get(str(c), 0) + 1
+    return {"per_client": per, "min": srt[0], "median": median, "max": srt[-1], "histogram": hist}
+
+
+def _realised_counts(cfg: Any, rounds_done: int, counts: Optional[Sequence[int]]) -> list[int]:
+    """``counts`` (one per client), or the run's own: its sampling replayed from ``cfg.seed`` (JAX, imported
+    only here)."""
+    if counts is None:
+        from ..sim.round import participation_counts
+        counts = participation_counts(int(cfg.clients), int(cfg.clients_per_round), int(cfg.seed), rounds_done)
+    counts = [int(c) for c in counts]
+    if len(counts) != int(cfg.clients):
+        raise ValueError(f"participation counts of {len(counts)} clients for a run of clients={int(cfg.clients)}")
+    return counts
+
+
 # ---- local Gaussian -------------------------------------------------------------------------------
 
 def noise_multiplier_local(epsilon: float, delta: float) -> float:
     """``z = σ/Δ₂ = sqrt(2 ln(1.25/δ))/ε``: the classic calibration of ``privacy.gaussian_sigma``."""
     epsilon, delta = _pos("epsilon", epsilon), _prob("delta", delta)
+    _within("epsilon", epsilon, 0.0, EPSILON_MAX, "a Gaussian with so little noise cannot be accounted")
     return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
@@ -278,6 +322,8 @@ def central_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float
     replacement accounted as Poisson sampling with ``q = m/N``). ``accountant``: ``"rdp"``, ``"pld"`` or
     ``"tighter"`` (the smaller of the two)."""
     z, q, delta = _pos("noise_multiplier", noise_multiplier), _prob("q", q, one=True), _prob("delta", delta)
+    _within("q", q, Q_MIN, 1.0, "the sampling rate clients_per_round/clients of central DP")
+    _within("noise_multiplier", z, 0.05, math.inf, "less noise than this cannot be accounted")
     rdp, pld = _central_composed(z, q, _count("rounds", rounds), delta)
     try:
         return {"rdp": rdp, "pld": pld, "tighter": min(rdp, pld)}[accountant]
@@ -327,6 +373,8 @@ def central_noise_multiplier(epsilon: float, delta: float, q: float, rounds: int
     ``epsilon`` back."""
     epsilon, delta, q = _pos("epsilon", epsilon), _prob("delta", delta), _prob("q", q, one=True)
     rounds = _count("rounds", rounds)
+    _within("epsilon", epsilon, EPSILON_MIN_CENTRAL, EPSILON_MAX, "central DP's calibration")
+    _within("q", q, Q_MIN, 1.0, "the sampling rate clients_per_round/clients of central DP")
     if rounds == 0:
         raise ValueError("rounds=0: a run of no rounds releases nothing; no noise multiplier to calibrate")
     return _calibrate(epsilon, delta, q, rounds)
@@ -363,16 +411,20 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping[str, int], None] = None) -> dict:
+def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping[str, int], None] = None,
+          counts: Optional[Sequence[int]] = None) -> dict:
     """The privacy a run of ``cfg`` has spent after ``rounds_done`` rounds, JSON-ready (``{}`` without a
     mechanism). Reads ``cfg.ldp``, ``cfg.dp``, ``cfg.epsilon``, ``cfg.delta``, ``cfg.neighbouring``,
-    ``cfg.clients``, ``cfg.clients_per_round`` and, for ``dp="central"``, ``cfg.rounds``.
+    ``cfg.clients``, ``cfg.clients_per_round``, for the local mechanisms ``cfg.seed`` (unless ``counts``,
+    each client's participation count, is given) and, for ``dp="central"``, ``cfg.rounds``.
 
     Always: ``mechanism``, ``per`` (what one ε protects, plainly), ``accountant``, ``rounds``,
-    ``participation_rate``, ``epsilon`` and ``delta`` (the headline: for the local mechanisms at the
-    expected participation count ``participations``), ``statement`` (one plain paragraph). Local
-    mechanisms add ``participations_bound`` (exceeded with probability ≤ 10⁻³) and
-    ``epsilon_at_bound``; Gaussian and central add ``noise_multiplier``, ``epsilon_rdp`` and
+    ``participation_rate``, ``epsilon`` and ``delta`` (the headline: for the local mechanisms at
+    ``participations``, the largest count any client reached, so a bound for every client of the run),
+    ``statement`` (one plain paragraph). Local mechanisms add ``participation`` (the per-client counts and
+    their distribution, :func:`participation`), ``participations_expected`` (``ceil(qT)``) with
+    ``epsilon_expected`` (the expected client's, not a bound), ``participations_bound`` (exceeded with
+    probability ≤ 10⁻³) and ``epsilon_at_bound``; Gaussian and central add ``noise_multiplier``, ``epsilon_rdp`` and
     ``epsilon_pld``; LDP adds :func:`ldp_per_value`'s fields (``per_round_per_value``, ``basic``,
     ``advanced``, ``optimal``, and the per-tensor ones when ``tensor_sizes`` is given).
     """
@@ -402,26 +454,31 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
                               f"(noise multiplier {_fmt(z)}, sampling rate q = {m}/{n}, amplified by sampling); "
                               f"the whole run reaches ε = {cfg.epsilon:g}. The server, which sees the clipped "
                               f"updates before its noise, is not covered.")}
-    k = expected_participations(m, n, t)
+    dist = participation(_realised_counts(cfg, t, counts))
+    k = dist["max"]  # the headline is a bound for every client: at the largest count reached
+    ke = expected_participations(m, n, t)
     hi = participation_bound(q, t)
-    base.update(participations=k, participations_bound=hi, bound_exceeded_with=EXCEEDED_WITH)
+    base.update(participations=k, participation=dist, participations_expected=ke, participations_bound=hi,
+                bound_exceeded_with=EXCEEDED_WITH)
+    counted = (f"The client that took part most often took part in {k} of the {t} rounds (every client: "
+               f"{dist['min']} to {k}, median {dist['median']:g}; expected {ke} at q = {m}/{n}, rounded up)")
     if mech == "gaussian":
         neighbouring = getattr(cfg, "neighbouring", "add_remove")
         g = gaussian_local(cfg.epsilon, cfg.delta, k, neighbouring)
+        at_e = gaussian_local(cfg.epsilon, cfg.delta, ke, neighbouring)["epsilon"]
         at_hi = gaussian_local(cfg.epsilon, cfg.delta, hi, neighbouring)["epsilon"]
         return {**base, "accountant": ("dp_accounting RDP and PLD, the smaller ε; composition over the client's "
                                        "own participations, no amplification by sampling (the server knows who "
                                        "took part); δ_total = the run's δ"),
                 "neighbouring": neighbouring, "noise_multiplier": g["noise_multiplier"], "epsilon": g["epsilon"],
                 "delta": g["delta"], "epsilon_rdp": g["epsilon_rdp"], "epsilon_pld": g["epsilon_pld"],
-                "epsilon_at_bound": at_hi,
-                "statement": (f"A client that took part in {k} of the {t} rounds (the expected count, rounded "
-                              f"up, at q = {m}/{n}) has spent ε = {_fmt(g['epsilon'])} at δ = {cfg.delta:g} "
-                              f"({neighbouring} of its data, against the server); one upload alone is "
-                              f"ε = {_fmt(gaussian_local(cfg.epsilon, cfg.delta, 1)['epsilon'])}. With "
-                              f"probability ≥ {1 - EXCEEDED_WITH:g} a client takes part in at most {hi} rounds: "
-                              f"ε = {_fmt(at_hi)}.")}
+                "epsilon_expected": at_e, "epsilon_at_bound": at_hi,
+                "statement": (f"{counted}: every client has spent at most ε = {_fmt(g['epsilon'])} at "
+                              f"δ = {cfg.delta:g} ({neighbouring} of its data, against the server); one upload "
+                              f"alone is ε = {_fmt(gaussian_local(cfg.epsilon, cfg.delta, 1)['epsilon'])}, a "
+                              f"client with the expected {ke} uploads ε = {_fmt(at_e)}.")}
     v = ldp_per_value(cfg.epsilon, k, tensor_sizes=tensor_sizes)
+    at_e = ldp_per_value(cfg.epsilon, ke)["epsilon"]
     at_hi = ldp_per_value(cfg.epsilon, hi)["epsilon"]
     tensor = ""
     if tensor_sizes is not None:
@@ -434,20 +491,19 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
                                   f"response) at δ' = {DELTA_PRIME:g}; the headline is basic kε (δ = 0) unless "
                                   "a δ' bound is over 1 % smaller")}
     out.update(v)
-    out.update(epsilon_at_bound=at_hi,
+    out.update(participations=k, epsilon_expected=at_e, epsilon_at_bound=at_hi,
                statement=(f"Each round a participating client's upload is ε = {cfg.epsilon:g}-LDP for "
-                          f"{per}. Over {k} participations (the expected "
-                          f"count of {t} rounds at q = {m}/{n}, rounded up): basic composition "
-                          f"{_fmt(v['basic']['epsilon'])}, advanced {_fmt(v['advanced']['epsilon'])} at "
-                          f"δ' = {DELTA_PRIME:g}, optimal {_fmt(v['optimal']['epsilon'])} at δ' = {DELTA_PRIME:g} "
-                          f"per value. With probability ≥ {1 - EXCEEDED_WITH:g} a client takes part in at most "
-                          f"{hi} rounds: {_fmt(at_hi)}.{tensor}"))
+                          f"{per}. {counted}. Over {k} participations, every client's bound per value: basic "
+                          f"composition {_fmt(v['basic']['epsilon'])}, advanced {_fmt(v['advanced']['epsilon'])} "
+                          f"at δ' = {DELTA_PRIME:g}, optimal {_fmt(v['optimal']['epsilon'])} at "
+                          f"δ' = {DELTA_PRIME:g}; a client with the expected {ke}: {_fmt(at_e)}.{tensor}"))
     return out
 
 
-def epsilon_spent(cfg: Any, rounds_done: int) -> Optional[float]:
-    """The headline ε of :func:`spent` alone (what the progress line shows), ``None`` without a
-    mechanism; cached, so calling it after every evaluation costs little."""
+def epsilon_spent(cfg: Any, rounds_done: int, counts: Optional[Sequence[int]] = None) -> Optional[float]:
+    """The headline ε of :func:`spent` alone (what the progress line shows: for the local mechanisms at
+    the largest participation count of the run so far), ``None`` without a mechanism; cached, so calling
+    it after every evaluation costs little."""
     ldp, dp = getattr(cfg, "ldp", "none") or "none", getattr(cfg, "dp", "none") or "none"
     mech = dp if dp != "none" else ldp
     if mech == "none":
@@ -457,7 +513,7 @@ def epsilon_spent(cfg: Any, rounds_done: int) -> Optional[float]:
     if mech == "central":
         z = central_noise_multiplier(cfg.epsilon, cfg.delta, m / n, int(cfg.rounds))
         return central_epsilon(z, m / n, t, cfg.delta)
-    k = expected_participations(m, n, t)
+    k = max(_realised_counts(cfg, t, counts))
     if mech == "gaussian":
         return gaussian_local(cfg.epsilon, cfg.delta, k, getattr(cfg, "neighbouring", "add_remove"))["epsilon"]
     return ldp_per_value(cfg.epsilon, k)["epsilon"]

@@ -72,6 +72,7 @@ class Pool:
     y_test: np.ndarray
     num_classes: int
     source: str
+    digest: str = ""  # the loaded arrays' hash (data.arrays_digest; registered: ArrayData.digest; synthetic: "")
 
 
 @functools.lru_cache(maxsize=4)
@@ -80,7 +81,7 @@ def _pool(dataset, data_dir, data_source, synthetic_like, synthetic_train, synth
                       synthetic_train=synthetic_train, synthetic_test=synthetic_test, seed=seed)
     x = np.concatenate([ds.x_train, ds.x_test])
     y = np.concatenate([ds.y_train, ds.y_test]).astype(np.int32)
-    return Pool(x, y, ds.y_train, ds.y_test, ds.num_classes, ds.source)
+    return Pool(x, y, ds.y_train, ds.y_test, ds.num_classes, ds.source, ds.digest)
 
 
 def pool_key(cfg: Config) -> tuple:
@@ -93,9 +94,22 @@ def pool_key(cfg: Config) -> tuple:
 
 
 def load_pool(cfg: Config) -> Pool:
-    if cfg.dataset not in DATASETS:
-        return _registered_pool(*pool_key(cfg))
-    return _pool(*pool_key(cfg))
+    key = pool_key(cfg)
+    pool = _pool(*key) if cfg.dataset in DATASETS else _registered_pool(*key)
+    _LOADED[key] = (pool.digest, pool.source)
+    return pool
+
+
+_LOADED: dict = {}  # pool_key -> (digest, source) of every data set loaded in this process (a few strings)
+
+
+def loaded_data(cfg: Config) -> tuple[str, str]:
+    """``(digest, source)`` of the data ``cfg`` loaded in this process (loaded now if it was not): the
+    arrays' digest that a checkpoint records (:func:`.rundir.run_identity`) and where they came from."""
+    key = pool_key(cfg)
+    if key not in _LOADED:
+        load_pool(cfg)
+    return _LOADED[key]
 
 
 @functools.lru_cache(maxsize=4)
@@ -103,7 +117,7 @@ def _registered_pool(name: str, version: int) -> Pool:
     d = registry.dataset(name)
     x = np.concatenate([d.x_train, d.x_test])
     y = np.concatenate([d.y_train, d.y_test]).astype(np.int32)
-    return Pool(x, y, d.y_train, d.y_test, d.num_classes, f"registered:{name}")
+    return Pool(x, y, d.y_train, d.y_test, d.num_classes, f"registered:{name}", d.digest)
 
 
 def given_partition(cfg: Config, pool: Pool):

@@ -78,9 +78,14 @@ _PRIVATE_SERVER_LR = {"fedalf": (1.0, 0.999)}  # η_g: 1.0 beat the paper's 0.5 
 LEGACY = {"ldp_on": "weights", "fair_norm": "raw"}
 
 
-# Options that may change when a run is resumed: its length, its cadences, its writers and its folder.
-# Every other option is part of the run's identity (Config.identity).
-BOOKKEEPING = ("rounds", "eval_every", "train_loss_every", "checkpoint_every", "log", "out")
+# Options that may change when a run is resumed: its length, its cadences, its writers, its folder and
+# where its data files lie (the data's digest is what counts: CONTENT). Every other option is part of the
+# run's identity (Config.identity).
+BOOKKEEPING = ("rounds", "eval_every", "train_loss_every", "checkpoint_every", "log", "out", "data_dir")
+# Identity entries that digest content rather than options: the arrays loaded from files (rundir.run_identity)
+# and a user's algorithm's or model's code (Config.identity). A checkpoint without one (written before they
+# were recorded) or with "uncheckable" cannot be checked; rundir.RunDir.usable_checkpoint says so.
+CONTENT = ("data_digest", "algorithm_code", "model_code")
 
 
 def identity_digest(identity: dict) -> str:
@@ -89,13 +94,15 @@ def identity_digest(identity: dict) -> str:
 
 def identity_diff(a: dict, b: dict) -> list[str]:
     """The options whose values differ between two identities (sorted). An option one of them lacks
-    (recorded before the option existed) counts with its default, the value it ran with."""
+    (recorded before the option existed) counts with its default, the value it ran with. Bookkeeping
+    options (an identity recorded when ``data_dir`` was part of it) and :data:`CONTENT` digests, checked
+    on their own, are left out."""
     defaults = {**{f.name: f.default for f in dataclasses.fields(Config)}, **LEGACY}
 
     def get(d, k):
         return d.get(k, defaults.get(k, "<missing>"))
 
-    return sorted(k for k in set(a) | set(b) if get(a, k) != get(b, k))
+    return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))
 
 
 # option -> the built-in algorithms that read it (the others' programs never do); the report names no
@@ -278,8 +285,9 @@ class Config:
 
     def identity(self) -> dict:
         """What a run's trajectory depends on: every option but :data:`BOOKKEEPING`, with the per-algorithm
-        defaults resolved (a changed default changes the identity too). A checkpoint records it, and
-        ``--resume`` refuses a config whose identity differs."""
+        defaults resolved (a changed default changes the identity too), and the digest of a user's algorithm
+        or model code (:data:`CONTENT`). A checkpoint records it (with the loaded data's digest:
+        ``rundir.run_identity``), and ``--resume`` refuses a config whose identity differs."""
         d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING}
         d.update(server_lr=self.resolved_server_lr, server_lr_decay=self.resolved_server_lr_decay,
                  rho=self.resolved_rho, server_target=self.resolved_server_target, history=self.resolved_history,
@@ -288,6 +296,9 @@ class Config:
             d["central_rounds"] = self.rounds
         if self.dataset not in DATASETS:  # a registered data set: its arrays are part of the run's identity
             d["dataset_digest"] = registry.dataset(self.dataset).digest
+        for kind, name, builtin in (("algorithm", self.algorithm, ALGORITHMS), ("model", self.model, MODELS)):
+            if name not in builtin:  # a user's code: its source file's digest (built-in code: the package's)
+                d[f"{kind}_code"] = registry.code(kind, name)[0]
         return d
 
     @classmethod
@@ -336,6 +347,11 @@ class Config:
             if self.clients != data.num_clients:
                 raise ConfigError(f"data set {self.dataset!r} gives {data.num_clients} clients' lists but clients is "
                                   f"{self.clients}; set clients={data.num_clients}")
+        elif data.clients is not None:  # a scheme would split the pooled rows and ignore the lists
+            raise ConfigError(f"data set {self.dataset!r} was registered with its own client lists, which partition "
+                              f"{self.partition} would ignore; run it with partition='given' (and "
+                              f"clients={data.num_clients}), or register it without clients= to split it by "
+                              f"{self.partition}")
 
     @property
     def privacy(self) -> dict:
@@ -424,6 +440,7 @@ class Config:
                               f"lower --clients-per-round or raise --clients")
         for name in ("lr", "alpha", "epsilon", "clip"):
             _pos_float(name, getattr(self, name))
+        _check_accountable(self)
         if self.rho is not None:
             _pos_float("rho", self.rho)
         for name in ("mu", "q", "merge_tol"):
@@ -460,6 +477,24 @@ _SENDS_LOSS = ("qfedavg", "fedlf", "fedalf")  # Algorithm.needs_loss: l_i = f_i(
 _WEIGHTED_BY_N = ("fedavg", "fedprox")  # weighted_mean_server: p_i = n_i / Σ n_j
 
 
+def _check_accountable(cfg: "Config") -> None:
+    """The privacy accountant's input ranges (accounting.EPSILON_MAX, EPSILON_MIN_CENTRAL, Q_MIN): beyond
+    them dp-accounting hangs or fails deep inside; one line naming the input and its range instead. Only
+    central DP needs the accountant to run (it calibrates the noise); a local Gaussian run outside the range
+    runs, and its summary records the accountant's one-line refusal instead of privacy_spent."""
+    from . import accounting as A
+    if cfg.dp != "central":
+        return
+    eps = float(cfg.epsilon)
+    if not (A.EPSILON_MIN_CENTRAL <= eps <= A.EPSILON_MAX):
+        raise ConfigError(f"epsilon {eps:g} is outside the privacy accountant's range for dp central "
+                          f"([{A.EPSILON_MIN_CENTRAL:g}, {A.EPSILON_MAX:g}]); choose --epsilon in it")
+    q = cfg.clients_per_round / cfg.clients
+    if q < A.Q_MIN:
+        raise ConfigError(f"clients_per_round/clients = {q:g} is below the privacy accountant's range for dp central "
+                          f"(q >= {A.Q_MIN:g}); raise --clients-per-round or lower --clients")
+
+
 def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     """Whether the formal guarantee of ``cfg``'s privacy mechanism covers what its clients upload, and
     why (one sentence). Pure: reads only the options.
@@ -475,7 +510,7 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     (:func:`privacy_not_covered`). It does not hold when the upload adds un-noised data: FedADMM/FedALF
     with ``dual_from="local"`` and the ``increment`` or ``augmented`` upload; FedLF with
     ``client_grad="full"`` and ``cnn_bn`` (both refused by validation); nor for ``adaptive`` at
-    ε ≥ 16.6, which in float32 releases every weight exactly. No privacy mechanism: ``(False, ...)``.
+    ε ≥ 16.6, which in float32 releases every weight exactly, or ``ldp_fl`` there (an output of probability 0). No privacy mechanism: ``(False, ...)``.
     """
     mech = cfg.dp if cfg.dp != "none" else cfg.ldp
     if mech == "none":
@@ -511,6 +546,10 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     if cfg.ldp == "adaptive" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:
         return False, (f"ldp=adaptive at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the flip "
                        f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly")
+    if cfg.ldp == "ldp_fl" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:
+        return False, (f"ldp=ldp_fl at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the probability "
+                       f"1/(e^epsilon+1) of an extreme weight's other output rounds to 0, so no finite epsilon bounds "
+                       f"the ratio of the output probabilities")
     if cfg.algorithm not in ALGORITHMS:
         upload = (f"algorithm {cfg.algorithm!r} declares its upload a function of the mechanism's output w̃_i and "
                   f"public values (private_upload=True)")
@@ -537,6 +576,10 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
         short = f", short of the nominal epsilon={cfg.epsilon:g}" if exact > cfg.epsilon * (1 + 1e-9) else ""
         what = (f"(ε, δ)-DP at epsilon={exact:.3g}, delta={cfg.delta:g} under {cfg.neighbouring}, by exact "
                 f"analytic-Gaussian accounting{short}")
+    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own
+        return True, (f"this rests on the algorithm's own declaration, not on a check: {upload}; if that "
+                      f"declaration is true, by post-processing the mechanism's guarantee holds for one upload per "
+                      f"round ({what}); nothing composes it over rounds")
     return True, (f"{upload}, so by post-processing the mechanism's guarantee holds for one upload per round "
                   f"({what}); nothing composes it over rounds")
 
@@ -695,9 +738,10 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
     if not (np.all(np.isfinite(eps)) and np.all(eps >= np.finfo(np.float32).tiny)):
         raise ValueError(f"epsilon={epsilon!r} must be finite and > 0 (not subnormal) for {option}={value!r}; "
                          f"set a positive privacy budget, e.g. epsilon=2")
-    if ldp == "adaptive" and np.any(eps >= ADAPTIVE_EXACT_EPSILON):
-        warnings.warn(f"ldp='adaptive' with epsilon={float(np.max(eps)):g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 "
-                      f"the flip probability rounds to 0 and the upload is the exact model", Notice, stacklevel=2)
+    if ldp in ("adaptive", "ldp_fl") and np.any(eps >= ADAPTIVE_EXACT_EPSILON):
+        warnings.warn(f"ldp={ldp!r} with epsilon={float(np.max(eps)):g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 "
+                      f"the probability 1/(e^epsilon+1) rounds to 0 and the upload is not epsilon-LDP", Notice,
+                      stacklevel=2)
     if dp in ("gaussian", "central"):
         d = _as_array("delta", delta, f"set delta in (0, 1) for dp={dp!r}, e.g. delta=1e-5")
         if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(d < 1)):

@@ -325,10 +325,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             slot.rows.append(row)
             for w in slot.writers:
                 w.write_scalars(t, scalars_of(row))
-            if not math.isfinite(row["test_loss"]):
-                slot.status = "diverged"
-                slot.message = (f"the global model diverged by round {t} (test loss not finite); "
-                                f"lower --lr or --server-lr")
+            _check_diverged(slot, row)
             if on_row is not None:
                 on_row(slot, row)
 
@@ -400,6 +397,14 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 _finish(slot, program.compile_s, sizes)
 
 
+def _check_diverged(slot: Slot, row: dict) -> None:
+    """Mark ``slot`` diverged when the evaluation ``row`` has a test loss that is not finite."""
+    if not math.isfinite(row["test_loss"]):
+        slot.status = "diverged"
+        slot.message = (f"the global model diverged by round {row['round']} (test loss not finite); "
+                        f"lower --lr or --server-lr")
+
+
 def _stopped_message(err: WriteError, slots, t: int) -> str:
     """What a failed write leaves: the rows written and the last checkpoint on disk."""
     kept = sorted({f"the checkpoint of round {max(r)}" if (r := s.rundir.checkpoint_rounds()) else "no checkpoint"
@@ -458,7 +463,10 @@ def _privacy_spent(cfg: Config, rounds_done: int, sizes=None) -> dict:
         return {"error": f"the privacy accountant failed: {type(e).__name__}: {e}"}
 
 
-def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None) -> None:
+def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None, rebuilt: Optional[str] = None) -> None:
+    """Close the slot's writers and, when its run has ended (all its rounds, or diverged), write its
+    ``summary.json``. ``rebuilt``: the summary of a run that had ended without one (:func:`_rebuild_summary`,
+    saying so in the summary; its times are unknown)."""
     for w in slot.writers:
         w.close()
     slot.writers = []
@@ -472,6 +480,8 @@ def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None) -> None:
     summary = {"status": slot.status, "rounds": slot.cfg.rounds, "round": last["round"],
                "final": {k: v for k, v in last.items() if k != "acc"},
                "compile_s": compile_s, "wall_s": time.perf_counter() - slot.t0}
+    if rebuilt:
+        summary.update(compile_s=None, wall_s=None, rebuilt=rebuilt)
     if slot.message:
         summary["message"] = slot.message
     if slot.cfg.privacy:
@@ -535,6 +545,33 @@ def run(cfg: Config, *, progress: bool = True, resume: bool = False, overwrite: 
             raise
 
 
+def _rebuild_summary(cfg: Config, rd: RunDir, state, writer: bool) -> Slot:
+    """A run whose checkpoint is at its last round but whose ``summary.json`` is gone (deleted, or its
+    write failed): the summary its end wrote (:func:`_finish`: status, final row, privacy spent), rebuilt
+    from ``metrics.csv`` and the checkpoint, saying so in one line; one line saying what to do when
+    ``metrics.csv`` has no row of the last round. Raises ``FloatingPointError`` for a diverged run, as
+    its end did."""
+    rows = rows_of(rd)
+    if not rows or rows[-1]["round"] != cfg.rounds:
+        have = f"its last row is of round {rows[-1]['round']}" if rows else "it has no rows"
+        raise ConfigError(f"{rd.path} has the checkpoint of its last round ({cfg.rounds}) but no summary.json, and "
+                          f"its metrics.csv cannot rebuild it ({have}): restore summary.json or metrics.csv, or "
+                          f"run it again with --overwrite")
+    slot = Slot(cfg, rd if writer else None, rows=rows, variables=to_host(state.variables))
+    for row in rows:
+        _check_diverged(slot, row)
+        if slot.status == "diverged":
+            break
+    if writer:
+        _finish(slot, 0.0, _param_sizes(state.variables),
+                rebuilt=f"from metrics.csv and the checkpoint of round {cfg.rounds} (summary.json was missing)")
+        say(f"{rd.path} had ended ({slot.status}, round {cfg.rounds}) without its summary.json: rebuilt it from "
+            f"metrics.csv and the checkpoint")
+    if slot.status == "diverged":
+        raise FloatingPointError(slot.message)
+    return slot
+
+
 def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, resume: bool,
          announce: bool = False) -> Slot:
     exp = build(cfg)
@@ -552,6 +589,8 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
                 raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
             if start == cfg.rounds and rd.status() == "done":
                 return Slot(cfg, rd, rows=rows_of(rd), status="done")  # nothing left to run
+            if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
+                return _rebuild_summary(cfg, rd, state, writer)
         elif resume and writer:
             say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
         if writer:

@@ -9,8 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def fairness_angle(acc) -> jnp.ndarray:
-    """Angle in radians between the per-client accuracy vector ``acc`` and the all-ones vector.
+def fairness_angle(acc, *, degrees: bool = False) -> jnp.ndarray:
+    """Angle between the per-client accuracy vector ``acc`` and the all-ones vector, in **radians**
+    (``degrees=True``: in degrees, the unit of ``angle_deg`` in ``metrics.csv``, ``Result.metrics``, the
+    sweep table and the report).
 
     ``arccos(A·1 / (‖A‖ √N))``; 0 means every client has the same accuracy. An all-zero vector
     (nothing learnt anywhere) is defined as angle 0: all clients are equally (un)served.
@@ -26,7 +28,8 @@ def fairness_angle(acc) -> jnp.ndarray:
     norm = jnp.linalg.norm(a, axis=-1)
     cos = jnp.sum(a, axis=-1) / jnp.maximum(norm * math.sqrt(n), 1e-30)
     cos = jnp.where(norm == 0, 1.0, cos)
-    return jnp.arccos(jnp.clip(cos, -1.0, 1.0))
+    angle = jnp.arccos(jnp.clip(cos, -1.0, 1.0))
+    return jnp.degrees(angle) if degrees else angle
 
 
 def summarize(acc: np.ndarray) -> dict:

@@ -34,7 +34,8 @@ runs were set apart by their length. (A sweep extended with ``--resume --rounds 
 variant of their own.)
 
 **η, chosen per cell as FedLF's authors did** (best mean over {0.01, 0.05, 0.1}). η is ``lr``,
-except for FedLF with ``client_grad="full"``, where it is ``server_lr``. In each cell (model,
+except for FedLF with ``client_grad="full"``, where it is ``server_lr``, and for a user's algorithm whose
+runs (of one base label) sweep ``server_lr`` at one ``lr``: there η is ``server_lr`` (:func:`swept_eta`). In each cell (model,
 variant, dataset × partition) the done runs are grouped by η; a group's score is the mean over its
 seeds of the final mean accuracy, and the best score wins (ties: the smaller η). An η with any
 diverged seed in the cell is not eligible. Two done runs of one cell, η and seed (they differ only
@@ -86,7 +87,8 @@ from typing import Iterable, NamedTuple, Optional
 import numpy as np
 
 from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError, privacy_guarantee
-from .rundir import RunDir, find_runs
+from .rundir import METRICS, RunDir, find_runs, metric_columns
+from .writers import DamagedFile, read_csv_rows
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
           "fedlf": "FedLF", "fedalf": "FedALF"}
@@ -169,11 +171,25 @@ def _privacy(cfg: dict) -> str:
     return cfg.get("dp") if cfg.get("dp", "none") != "none" else cfg.get("ldp", "none")
 
 
-def _unused(cfg: dict) -> set:
-    """Options this run's algorithm and privacy mechanism do not read (so they name no variant)."""
+def swept_eta(runs: list["Run"]) -> None:
+    """A user's algorithm (not built in) whose runs of one base label sweep ``server_lr`` at one ``lr``:
+    η is ``server_lr`` for them (its value chosen per cell and shown as η), not the fixed ``lr``."""
+    by_label: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        if r.cfg["algorithm"] not in ALGORITHMS:
+            by_label[r.label].append(r)
+    for group in by_label.values():
+        if len({r.cfg["lr"] for r in group}) == 1 and len({r.cfg["server_lr"] for r in group}) > 1:
+            for r in group:
+                r.eta_option, r.eta = "server_lr", float(r.cfg["server_lr"])
+
+
+def _unused(cfg: dict, eta: Optional[str] = None) -> set:
+    """Options this run's algorithm and privacy mechanism do not read (so they name no variant); ``eta``:
+    the run's η option (default :func:`eta_option`)."""
     algo = cfg["algorithm"]
     out = {k for k, users in _USED_BY.items() if algo not in users}
-    out.add(eta_option(cfg))
+    out.add(eta or eta_option(cfg))
     if algo == "qfedavg":
         out.add("server_lr")
     if _privacy(cfg) == "none":
@@ -183,9 +199,9 @@ def _unused(cfg: dict) -> set:
     return out
 
 
-def naming_options(cfg: dict) -> dict:
+def naming_options(cfg: dict, eta: Optional[str] = None) -> dict:
     """The options of ``cfg`` that may name its variant (see the module docstring)."""
-    skip = NOT_NAMING | _unused(cfg)
+    skip = NOT_NAMING | _unused(cfg, eta)
     return {k: v for k, v in cfg.items() if k not in skip and not k.startswith(_NOT_NAMING_PREFIXES)}
 
 
@@ -194,12 +210,14 @@ def _fmt_value(v) -> str:
 
 
 def name_variants(runs: list[Run]) -> None:
-    """Set each run's ``variant``: its base label and the options that differ within that label."""
+    """Set each run's ``variant``: its base label and the options that differ within that label (and its
+    η option: :func:`swept_eta`)."""
+    swept_eta(runs)
     by_label: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_label[r.label].append(r)
     for label, group in by_label.items():
-        opts = [naming_options(r.cfg) for r in group]
+        opts = [naming_options(r.cfg, r.eta_option) for r in group]
         keys = sorted(set().union(*opts))
         differing = [k for k in keys if len({o[k] for o in opts if k in o}) > 1]
         for r, o in zip(group, opts):
@@ -228,7 +246,10 @@ def length_notes(runs: list[Run]) -> list[str]:
 
 
 def _load_curves(run: Run, rd: RunDir) -> bool:
-    """Read the run's evaluations; False when ``metrics.csv`` has none."""
+    """Read the run's evaluations; False when ``metrics.csv`` has none. A damaged one (another header
+    than the run's columns, a row of the wrong width, a repeated or reordered round, ...) is refused."""
+    if (rd.path / METRICS).is_file():
+        read_csv_rows(rd.path / METRICS, columns=metric_columns(int(run.cfg["clients"])))
     m = rd.metrics()
     if not m or len(m.get("round", ())) == 0 or "mean_acc" not in m or "angle_deg" not in m:
         return False
@@ -317,7 +338,8 @@ def cell_guarantee(cell: "Cell") -> str:
 def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], list[str]]:
     """Every run with a config (curves read for the done ones), the skipped run names by status
     (``running``, ``new``, ``diverged``, ``empty``: done without evaluations, ``unreadable``: a bad
-    config.json), and the messages saying so."""
+    config.json), and the messages saying so. A damaged ``metrics.csv`` of a done run is refused
+    (:class:`DamagedFile`, one line naming the file and line): its rows would skew the table."""
     runs, skipped, unreadable = [], defaultdict(list), []
     for rd in rundirs:
         try:
@@ -326,6 +348,8 @@ def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], l
                 skipped[status].append(rd.name)
                 continue
             run = _read_run(rd, status)
+        except DamagedFile:  # a damaged metrics.csv would skew the table: refused, naming file and line
+            raise
         except ConfigError as e:  # a bad config.json or summary.json
             skipped["unreadable"].append(rd.name)
             unreadable.append(f"skipped {rd.name}: {e}")
@@ -528,7 +552,11 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
     lines += _md_table(header, body(final))
     lines += ["", f"### Mean of the last {last} evaluations of each run (after round 0)", ""]
     lines += _md_table(header, body(lambda c: format_cell(rows[id(c)], "lastK") if c.eta is not None else "—"))
-    lines += ["", "### η choice", "", "η (`lr`; `server_lr` for FedLF client_grad=full): seed-mean final "
+    by_server = sorted({c.variant for c in cells if c.eta_option == "server_lr" and any(
+        r.cfg["algorithm"] not in ALGORITHMS for g in (c.done, c.diverged) for rs in g.values() for r in rs)})
+    eta_text = "; ".join(["`server_lr` for FedLF client_grad=full"]
+                         + [f"`server_lr` for {', '.join(by_server)} (its swept option)"] * bool(by_server))
+    lines += ["", "### η choice", "", f"η (`lr`; {eta_text}): seed-mean final "
               "accuracy (seeds); the chosen η in bold", ""]
     lines += _md_table(header, body(_eta_candidates))
     lines += _guarantee_notes(cells)

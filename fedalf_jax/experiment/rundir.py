@@ -9,6 +9,7 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
     checkpoint.prev.npz   the one before (``fedalf run``: the fallback when the last one is damaged;
                      a sweep's runs keep only their last checkpoint, see :meth:`RunDir.save_checkpoint`)
     summary.json     written when the run ends: status ("done" or "diverged"), the final row, times
+                     (``--resume`` rebuilds a lost one from metrics.csv and the final checkpoint)
     tb/              TensorBoard scalars (``--log tensorboard`` only): ``events.out.tfevents.*`` files, the
                      only ones ``--overwrite`` removes there (a user's own files in ``tb/`` stay)
 
@@ -17,11 +18,11 @@ A sweep directory holds ``sweep.json`` (the list of its runs) and one run direct
 files only through this module. Files other than ``metrics.csv`` are replaced atomically (written to
 a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind
 (a stale temporary file, by its exact name, is removed once the next writer holds the folder's
-lock); a line of ``metrics.csv`` cut short by a kill is dropped when the run resumes (and skipped by
-readers).
+lock); the last line of ``metrics.csv``, cut short by a kill, is dropped when the run resumes (and
+skipped by readers), and any other damage there is refused in one line (``writers.read_csv_rows``).
 
-Trust: a checkpoint records what produced it (the config's identity: every option but the
-bookkeeping ones, ``config.BOOKKEEPING``) and is checked whole before it is used (a damaged one
+Trust: a checkpoint records what produced it (:func:`run_identity`: every option but the bookkeeping
+ones, ``config.BOOKKEEPING``, the loaded data's digest and a user's code's) and is checked whole before it is used (a damaged one
 falls back to the previous generation, with a warning; a sweep's runs keep one generation, each
 read back whole before it replaces the one before); one process writes a folder at a time
 (``.fedalf.lock``, an OS lock released on any exit), and nothing in a folder is removed or written
@@ -51,7 +52,7 @@ import numpy as np
 
 from ..sim.round import METRIC_KEYS
 from ..notices import Notice
-from .config import Config, ConfigError, from_run, identity_diff, identity_digest
+from .config import DATASETS, Config, ConfigError, from_run, identity_diff, identity_digest
 from .writers import (NOFOLLOW, PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, open_new,
                       read_csv_rows, tmp_name)
 
@@ -86,6 +87,17 @@ def scalars_of(row: dict) -> dict:
     out = {k: float(v) for k, v in row.items() if k not in ("acc", "round")}
     out.update({f"{PER_CLIENT_PREFIX}{i}": float(a) for i, a in enumerate(row["acc"])})
     return out
+
+
+def run_identity(cfg: Config) -> dict:
+    """What a checkpoint records of the run that wrote it: ``cfg``'s identity (:meth:`Config.identity`) and,
+    for a data set read from files, the digest of the arrays loaded (``data_digest``), not the folder they
+    came from: the same arrays resume from any path, other arrays are refused."""
+    ident = cfg.identity()
+    if cfg.dataset in DATASETS and cfg.dataset != "synthetic":  # synthetic: its options determine it
+        from .build import loaded_data
+        ident["data_digest"] = loaded_data(cfg)[0]
+    return ident
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -333,7 +345,7 @@ class RunDir:
         checkpoint per run plus the one being written (a sweep killed between its runs' writes resumes
         each run from its own checkpoint: sweep._start_rounds)."""
         leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(state))]
-        ident = cfg.identity()
+        ident = run_identity(cfg)
         tmp = self.path / tmp_name(CHECKPOINT)
         save = np.savez_compressed if self.compress else np.savez
         try:
@@ -413,14 +425,62 @@ class RunDir:
             warnings.warn(f"{path} was written before checkpoints recorded their config; it is not checked "
                           f"against {CONFIG}", Notice, stacklevel=2)
         else:
-            diff = identity_diff(ident, cfg.identity())
+            now = run_identity(cfg)
+            diff = identity_diff(ident, now)
+            if diff == ["central_rounds"]:  # only --rounds changed, but the noise was calibrated to them
+                a, b = ident["central_rounds"], now["central_rounds"]
+                raise ConfigError(f"the checkpoint in {self.path} is of a --dp central run whose noise is calibrated "
+                                  f"to its {a} rounds, so it cannot go on to {b}: resume it with --rounds {a}, or "
+                                  f"start a run of {b} rounds with --overwrite or another --out")
             if diff:
-                shown = ", ".join(f"{k} {ident.get(k)!r} -> {cfg.identity().get(k)!r}" for k in diff[:4])
+                shown = ", ".join(f"{k} {ident.get(k)!r} -> {now.get(k)!r}" for k in diff[:4])
                 more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
                 raise ConfigError(f"the checkpoint in {self.path} was written by another configuration ({shown}"
                                   f"{more}); only rounds, cadences and out may change on --resume: restore "
                                   f"{CONFIG}, or start a new run with --overwrite or another --out")
+            self._check_content(cfg, ident, now)
         return round, path
+
+    def _check_content(self, cfg: Config, ident: dict, now: dict) -> None:
+        """The checkpoint's data and user-code digests (config.CONTENT) against this process's: a changed
+        one is refused in one line; one that cannot be checked (not recorded yet, or uncheckable) is said."""
+        new = now.get("data_digest")
+        if new is not None:
+            from .build import loaded_data
+            source = loaded_data(cfg)[1]
+            old = ident.get("data_digest")
+            if old is None:
+                warnings.warn(f"{self.path}: the checkpoint was written before runs recorded their data's digest, "
+                              f"so the data loaded now ({source}) is not checked against the run's", Notice,
+                              stacklevel=3)
+            elif old != new:
+                try:
+                    then = (self.clients() or {}).get("source") or self.config_dict().get("data_dir")
+                except ConfigError:  # clients.json or config.json unreadable: the digest still names it
+                    then = None
+                then = then or "source not recorded"
+                raise ConfigError(f"the data loaded now ({source}, digest {new}) is not the data the run in "
+                                  f"{self.path} was trained on ({then}, digest {old}); point --data-dir (or "
+                                  f"$FEDALF_DATA_DIR) at the run's data, or start a new run with --overwrite or "
+                                  f"another --out")
+        for kind in ("algorithm", "model"):
+            new = now.get(f"{kind}_code")
+            if new is None:  # built in: the package's code
+                continue
+            name, old = getattr(cfg, kind), ident.get(f"{kind}_code")
+            from .registry import code
+            where = code(kind, name)[1]
+            if old is None:
+                warnings.warn(f"{self.path}: the checkpoint was written before runs recorded user code, so {kind} "
+                              f"{name!r} ({where}) is not checked against the code that ran", Notice,
+                              stacklevel=3)
+            elif "uncheckable" in (old, new):
+                warnings.warn(f"{kind} {name!r}'s code cannot be checked ({where}): resuming {self.path} without "
+                              f"knowing whether it changed", Notice, stacklevel=3)
+            elif old != new:
+                raise ConfigError(f"{kind} {name!r}: its code ({where}) changed since the checkpoint in {self.path} "
+                                  f"was written; revert the change to resume, or run the new code with --overwrite "
+                                  f"or another --out")
 
     def config_dict(self) -> dict:
         """The run's config.json, with the values it ran with for options added since (:func:`from_run`)."""

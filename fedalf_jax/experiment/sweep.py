@@ -44,7 +44,8 @@ from .build import check_devices, client_rows, device_data, hparams, load_pool, 
 from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError, from_run, identity_digest, ignored_options
 from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, say, train
 from .progress import Progress
-from .rundir import RunDir, read_sweep, write_sweep
+from .rundir import METRICS, RunDir, metric_columns, read_sweep, write_sweep
+from .writers import read_csv_rows
 
 _SHORT = {"lr": "lr", "lr_decay": "lrdecay", "server_lr": "slr", "server_lr_decay": "slrdecay", "mu": "mu",
           "rho": "rho", "q": "q", "epsilon": "eps", "delta": "delta", "clip": "clip"}
@@ -279,6 +280,28 @@ def resume(out: str | Path, *, chunk: Optional[int] = None, progress: bool = Tru
                        compress=compress_checkpoints)
 
 
+def remove_sweep(out: str | Path) -> None:
+    """Remove the sweep in ``out`` (``fj.sweep(..., overwrite=True)``): every run's files
+    (:meth:`RunDir.remove_run_files`, each under its run's lock), each run folder left empty, then
+    ``sweep.json``; a user's other files stay. Refused, changing nothing, while a process writes it."""
+    root = Path(out)
+    info = read_sweep(root)
+    with RunDir(root).lock():
+        held = [RunDir(root / e["dir"]) for e in info["runs"] if (root / e["dir"]).is_dir()]
+        locks = []
+        try:
+            for rd in held:  # every run held first: one being written refuses the whole removal
+                locks.append(rd.lock())
+            for rd in held:
+                rd.remove_run_files()
+        finally:
+            for lock in locks:
+                lock.release()
+        for rd in held:
+            rd.remove_if_unused()
+        (root / "sweep.json").unlink()
+
+
 def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compress=None,
             bar: Optional[Progress] = None) -> list[dict]:
     own = bar is None  # else sweep()'s, which showed its planning stages
@@ -330,6 +353,8 @@ def _plan_calls(root: Path, *, chunk, shard, rounds, programs, compress) -> tupl
         todo = [(cfg, rd) for cfg, rd in mine if not _ended(cfg, rd)]
         if todo:
             plans.append(_Group(todo, width=width, ready=(programs or {}).get((key, width))))
+    if entries != info["runs"]:  # --rounds N: written once every run it changes is checked (_Group)
+        write_sweep(root, entries, {k: v for k, v in info.items() if k != "runs"})
     return plans, entries, total
 
 
@@ -339,8 +364,10 @@ def _check_interrupt(where: int) -> None:
 
 
 def _extend(root: Path, info: dict, rounds: int) -> list[dict]:
-    """Set every run's ``rounds`` to ``rounds`` in ``sweep.json`` (the run directories' ``config.json``
-    follow when each run starts again)."""
+    """Every run of ``sweep.json`` with its ``rounds`` set to ``rounds`` (written by :func:`_resume` once
+    the runs are checked; the run directories' ``config.json`` follow when each run starts again).
+    Refused before anything is written when a started run cannot go on to ``rounds`` (``--dp central``:
+    its noise is calibrated to the run's length)."""
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
         raise ConfigError(f"--rounds must be a positive integer, got {rounds!r}")
     most = max(e["config"]["rounds"] for e in info["runs"])
@@ -348,7 +375,13 @@ def _extend(root: Path, info: dict, rounds: int) -> list[dict]:
         raise ConfigError(f"--resume --rounds {rounds}: the sweep in {root} already has runs of {most} rounds; "
                           f"a sweep can be extended, not shortened")
     entries = [{**e, "config": {**e["config"], "rounds": rounds}} for e in info["runs"]]
-    write_sweep(root, entries, {k: v for k, v in info.items() if k != "runs"})
+    for e in info["runs"]:
+        was = e["config"]["rounds"]
+        if was != rounds and from_run(e["config"]).get("dp") == "central" and RunDir(root / e["dir"]).checkpoint_files():
+            raise ConfigError(f"--resume --rounds {rounds}: {root / e['dir']} is a --dp central run whose noise is "
+                              f"calibrated to its {was} rounds, so it cannot go on to {rounds}; {root / 'sweep.json'} "
+                              f"is unchanged: resume without --rounds, or start a new sweep with --rounds {rounds} "
+                              f"in another --out")
     return entries
 
 
@@ -683,6 +716,9 @@ class _Group:
                 raise ConfigError(f"no usable checkpoint in {rd.path} ({why}); remove "
                                   f"{', '.join(p.name for p in rd.checkpoint_files())} there to run it again "
                                   f"from round 0")
+        for (cfg, rd), start in zip(members, self.starts):  # a damaged metrics.csv, before any run writes
+            if rd is not None and start and (rd.path / METRICS).is_file():
+                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients))
         self.remaining = sum(c.rounds - s for (c, _), s in zip(members, self.starts))
         self._one = None  # one run's abstract (state, hp), for abstract_inputs
 

@@ -9,6 +9,7 @@ methods. Per-client accuracies (``acc_<i>`` keys) go to the CSV only.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from pathlib import Path
@@ -66,8 +67,9 @@ class MetricWriter(Protocol):
 class CsvWriter:
     """Rows of a fixed set of ``columns`` (the first is the step, named ``round``), flushed per row.
 
-    ``keep_upto``: continue an existing file, keeping its well-formed rows whose step is ``≤ keep_upto``
-    (a resumed run drops what was written after its checkpoint, and a line cut short by a kill).
+    ``keep_upto``: continue an existing file, keeping its rows whose step is ``≤ keep_upto`` (a resumed
+    run drops what was written after its checkpoint, and a last line cut short by a kill); a damaged
+    file (:func:`read_csv_rows`) is refused before anything is written.
     """
 
     def __init__(self, path: str | Path, columns: Iterable[str], *, keep_upto: int | None = None):
@@ -75,7 +77,7 @@ class CsvWriter:
         self.columns = list(columns)
         kept = []
         if keep_upto is not None and self.path.exists():
-            kept = [r for r in read_csv_rows(self.path, len(self.columns)) if int(float(r[0])) <= keep_upto]
+            kept = [r for r in read_csv_rows(self.path, columns=self.columns) if int(float(r[0])) <= keep_upto]
         tmp = self.path.with_name(tmp_name(self.path.name))
         try:
             with open_new(tmp, "w", newline="") as f:
@@ -100,30 +102,92 @@ class CsvWriter:
         self._f.close()
 
 
-def read_csv_rows(path: str | Path, width: int | None = None) -> list[list[str]]:
-    """The data rows of a CSV file, without the header. Rows of the wrong width are skipped (a line cut
-    short by a kill); a full row whose step is not a whole number ≥ 0 is damage, refused in one line."""
+class DamagedFile(ConfigError):
+    """A file fedalf wrote reads back as no process of it could have left it (one line: the file, the line,
+    what is wrong there and what to do)."""
+
+
+def read_csv_rows(path: str | Path, width: int | None = None, *, columns: Iterable[str] | None = None) -> list[list[str]]:
+    """The data rows of a ``metrics.csv``-like file (a header, then one row of numbers per step, the first
+    the step), without the header, checked whole.
+
+    ``columns``: the header the file must have (a resumed run's own :func:`metric_columns`); else the
+    header's own names (unique, none empty), and ``width`` (if given) its width. Damage is refused in one
+    line naming the file and line (:class:`DamagedFile`): another header, a row of the wrong width, a
+    value that is not a number, a step that is not a whole number ≥ 0, steps that do not strictly
+    increase (a repeated or reordered row). The one thing a kill leaves is tolerated: the last line cut
+    short (no line end after it, or fewer values than the header) is dropped when it does not read whole.
+    """
     try:
         with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+            text = f.read()
+        rows = list(csv.reader(io.StringIO(text)))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ConfigError(f"cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
+
+    def damaged(line: int, what: str, fix: str = "restore it, or delete the line") -> DamagedFile:
+        return DamagedFile(f"{path} line {line}: {what}; the file is damaged: {fix}")
+
+    want = None if columns is None else list(columns)
     if not rows:
+        if want is not None:
+            raise damaged(1, "no header", "restore it, or start the run again with --overwrite")
         return []
-    width = len(rows[0]) if width is None else width
-    out = []
-    for line, r in enumerate(rows[1:], start=2):
+    header = rows[0]
+    if want is not None and header != want:
+        at = next((j for j, (a, b) in enumerate(zip(header, want)) if a != b), min(len(header), len(want)))
+        got = repr(header[at]) if at < len(header) else "nothing"
+        raise damaged(1, f"the header has {got} where the run's columns have "
+                         f"{repr(want[at]) if at < len(want) else 'no more'} (column {at + 1})",
+                      "restore it, or start the run again with --overwrite")
+    names = [c for c in header if c]
+    if len(names) != len(header) or len(set(names)) != len(names):
+        raise damaged(1, "the header has an empty or repeated column name",
+                      "restore it, or start the run again with --overwrite")
+    width = len(header) if width is None else width
+    step_name = header[0] if header else "step"
+    out: list[list[str]] = []
+    last_step = -math.inf
+    data = rows[1:]
+    ends = text.endswith(("\n", "\r"))
+    for line, r in enumerate(data, start=2):
+        final = line == len(data) + 1
+        cut = final and (not ends or len(r) < width)  # what a kill leaves: dropped if it does not read whole
         if len(r) != width:
-            continue
+            if cut:
+                break
+            raise damaged(line, f"{len(r)} values where the header has {width}",
+                          "restore it, or start the run again with --overwrite")
         try:
             step = float(r[0])
         except ValueError:
             step = math.nan
         if not (math.isfinite(step) and step >= 0 and step == int(step)):
-            raise ConfigError(f"{path} line {line}: {rows[0][0] if rows[0] else 'step'} {r[0]!r} is not a round "
-                              f"number; the file is damaged: restore it, or delete the line")
+            if cut:
+                break
+            raise damaged(line, f"{step_name} {r[0]!r} is not a round number")
+        bad = next((j for j, v in enumerate(r) if not _is_number(v)), None)
+        if bad is not None:
+            if cut:
+                break
+            raise damaged(line, f"{header[bad] if bad < len(header) else 'column ' + str(bad + 1)} {r[bad]!r} "
+                                f"is not a number")
+        if step <= last_step:
+            if cut:
+                break
+            raise damaged(line, f"{step_name} {int(step)} comes after {step_name} {int(last_step)} (each "
+                                f"{step_name} once, in increasing order)")
+        last_step = step
         out.append(r)
     return out
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
 
 
 class TensorBoardWriter:

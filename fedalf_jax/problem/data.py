@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import io
 import os
 import pickle
@@ -121,7 +122,9 @@ class DataError(Exception):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Dataset:
-    """A loaded dataset: float32 ``[n, H, W, C]`` images, int32 ``[n]`` labels."""
+    """A loaded dataset: float32 ``[n, H, W, C]`` images, int32 ``[n]`` labels. ``digest``: a hash of the
+    four arrays as loaded (:func:`arrays_digest`; empty for ``synthetic``, which its options determine), the
+    data's part of a run's identity whatever folder it came from."""
 
     name: str
     x_train: np.ndarray
@@ -130,6 +133,7 @@ class Dataset:
     y_test: np.ndarray
     num_classes: int
     source: str
+    digest: str = ""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -140,6 +144,21 @@ class Dataset:
             f"Dataset(name={self.name!r}, train={self.x_train.shape}, test={self.x_test.shape}, "
             f"num_classes={self.num_classes}, source={self.source!r})"
         )
+
+
+def arrays_digest(*arrays: np.ndarray) -> str:
+    """A hash of the arrays' shapes, dtypes and bytes (one pass, BLAKE2b): equal for equal arrays, whatever
+    file or folder they were read from."""
+    h = hashlib.blake2b(digest_size=8)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+def _loaded(key: str, arrays: tuple, num_classes: int, source: str) -> Dataset:
+    return Dataset(key, *arrays, num_classes=num_classes, source=source, digest=arrays_digest(*arrays))
 
 
 def _canonical(name: str) -> str:
@@ -547,7 +566,7 @@ def load_dataset(
     num_classes = _INFO[key][1]
     if source == "tfds":
         arrays = _load_tfds(key, None if data_dir is None else os.fspath(data_dir))
-        return Dataset(key, *arrays, num_classes=num_classes, source="tfds")
+        return _loaded(key, arrays, num_classes, "tfds")
 
     if data_dir is not None:
         d = os.path.abspath(os.path.expanduser(os.fspath(data_dir)))
@@ -556,7 +575,7 @@ def load_dataset(
             state = "" if os.path.isdir(d) else " (no such directory)"
             raise DataError(f"{key} not found: looked in {d}{state} and its subfolders. {_HOW_TO_GET[key]}")
         arrays, where = got
-        return Dataset(key, *arrays, num_classes=num_classes, source=where)
+        return _loaded(key, arrays, num_classes, where)
 
     looked = []
     env = os.environ.get("FEDALF_DATA_DIR")
@@ -564,18 +583,18 @@ def load_dataset(
         env_d = os.path.abspath(os.path.expanduser(env))
         got = _load_from_dir(env_d, key)
         if got is not None:
-            return Dataset(key, *got[0], num_classes=num_classes, source=got[1])
+            return _loaded(key, got[0], num_classes, got[1])
         looked.append(f"$FEDALF_DATA_DIR={env_d}")
     else:
         looked.append("$FEDALF_DATA_DIR (unset)")
     for d in KNOWN_LOCATIONS[key]:
         got = _load_from_dir(d, key)
         if got is not None:
-            return Dataset(key, *got[0], num_classes=num_classes, source=got[1])
+            return _loaded(key, got[0], num_classes, got[1])
         looked.append(d)
     if source == "auto":
         if _tfds_available():
             arrays = _load_tfds(key, None)
-            return Dataset(key, *arrays, num_classes=num_classes, source="tfds")
+            return _loaded(key, arrays, num_classes, "tfds")
         looked.append("tensorflow-datasets (not installed)")
     raise DataError(f"{key} not found: looked in {', '.join(looked)}. {_HOW_TO_GET[key]}")

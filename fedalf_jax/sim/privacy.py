@@ -74,6 +74,7 @@ PyTree = Any
 
 _TINY32 = float(np.finfo(np.float32).tiny)
 ADAPTIVE_EXACT_EPSILON = 16.6  # float32: sigmoid(ε) rounds to 1 above this, so nothing is flipped
+# (ldp_fl's probabilities are σ(±ε) combinations too: the same cut-off, above which an output has probability 0)
 
 
 def _concrete(x) -> bool:
@@ -253,16 +254,29 @@ def ldp_fl(key, params: PyTree, epsilon, *, layer_of: PyTree | None = None, with
     """
     check_epsilon(epsilon)
     _check_params(params)
+    if _concrete(epsilon) and np.any(np.asarray(epsilon, np.float64) >= ADAPTIVE_EXACT_EPSILON):
+        warnings.warn(f"ldp_fl with epsilon={epsilon!r} >= {ADAPTIVE_EXACT_EPSILON}: in float32 an extreme weight's "
+                      f"other output has probability 0, so the release is not epsilon-LDP", Notice, stacklevel=2)
 
     def draw(key, w, c, r, eps, k):
         positive = r > 0
         r_safe = jnp.where(positive, r, jnp.ones_like(r))
-        p_plus = jnp.clip(0.5 + (w - c) / (2 * r_safe * k), 0.0, 1.0)
-        plus = jax.random.bernoulli(key, p_plus, w.shape)
+        plus = jax.random.bernoulli(key, _ldp_fl_p_plus(w, c, r_safe, eps), w.shape)
         rk = r * k
         return jnp.where(positive, c + jnp.where(plus, rk, -rk), w)
 
     return _per_tensor(key, params, epsilon, layer_of, draw, _ldp_fl_variance if with_variance else None)
+
+
+def _ldp_fl_p_plus(w, c, r, eps):
+    """LDP-FL's ``P(w̃ = c + rk) = 1/2 + δ/(2rk)``, written as ``((1 + t)·σ(ε) + (1 − t)·σ(−ε))/2`` with
+    ``t = δ/r`` clipped to ``[−1, 1]`` (the same value in real arithmetic). In float32 the direct form is not
+    ε-LDP: ``(w − c)/r`` rounds past ±1 for a tensor whose spread is small beside its centre (then a
+    probability clips to exactly 0, at any ε), and ``1/2 − 1/(2k)`` cancels to 0 at ε ≥ 16. Here each
+    output's probability lies between ``σ(−ε)`` and ``σ(ε)``, computed without cancellation, so their ratio
+    is ``e^ε`` up to float32 rounding until ``σ(ε)`` itself rounds to 1 (``ADAPTIVE_EXACT_EPSILON``)."""
+    t = jnp.clip((w - c) / r, -1.0, 1.0)
+    return ((1 + t) * jax.nn.sigmoid(eps) + (1 - t) * jax.nn.sigmoid(-eps)) / 2
 
 
 def _no_ldp(key, params: PyTree, epsilon=None, *, layer_of: PyTree | None = None, with_variance: bool = False):

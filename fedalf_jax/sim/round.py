@@ -17,6 +17,8 @@ batched together with ``client_map="vmap"``, and mapped one (run, client) pair a
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
 from typing import Any, NamedTuple
 
 import jax
@@ -88,8 +90,15 @@ def default_client_map(backend: str | None = None) -> str:
     return "map" if backend == "cpu" else "vmap"
 
 
-def init_state(spec: RoundSpec, seed: int) -> RunState:
+def seed_keys(seed: int):
+    """``(init_key, run_key)`` of a run of ``seed``: the model's initialisation and the run key of
+    :class:`RunState` (round ``t`` samples its clients from ``fold_in(run_key, t)``)."""
     init_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
+    return init_key, run_key
+
+
+def init_state(spec: RoundSpec, seed: int) -> RunState:
+    init_key, run_key = seed_keys(seed)
     variables = spec.model.init(init_key)
     params = variables["params"]
     stored = T.cast(params, spec.state_dtype)  # per-client rows are stored in spec.state_dtype
@@ -180,6 +189,45 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
 
 def sample_clients(spec: RoundSpec, key):
     return jax.random.choice(key, spec.num_clients, (spec.clients_per_round,), replace=False)
+
+
+_BLOCK = 256  # rounds per call of the sampler replay below (one compile per N, m)
+_SAMPLED: dict = {}
+
+
+def sampled_clients(num_clients: int, clients_per_round: int, seed: int, rounds: int) -> np.ndarray:
+    """``[rounds, m]``: the clients that rounds ``0 .. rounds − 1`` of a run of ``seed`` sample, replayed on
+    the host from the run's keys with the round's own :func:`round_keys` and :func:`sample_clients` (the
+    sampling depends on nothing else: not on the model, the data or the updates). The privacy accounting
+    counts each client's participations from it (:func:`participation_counts`)."""
+    n, m, seed, rounds = int(num_clients), int(clients_per_round), int(seed), int(rounds)
+    key = (n, m, seed)
+    have = _SAMPLED.get(key, np.zeros((0, m), np.int32))
+    if len(have) < rounds:
+        run_key = seed_keys(seed)[1]
+        fn = _replay(n, m)
+        blocks = [have]
+        for t0 in range(len(have), rounds, _BLOCK):
+            blocks.append(np.asarray(fn(run_key, jnp.arange(t0, t0 + _BLOCK, dtype=jnp.int32))))
+        have = np.concatenate(blocks)
+        _SAMPLED[key] = have
+    return have[:rounds]
+
+
+@functools.lru_cache(maxsize=None)
+def _replay(n: int, m: int):
+    spec = types.SimpleNamespace(num_clients=n, clients_per_round=m)  # all that sample_clients reads
+
+    def one(run_key, t):
+        k_sel, _ = round_keys(RunState(None, None, None, t, run_key), m)
+        return sample_clients(spec, k_sel)
+    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+
+
+def participation_counts(num_clients: int, clients_per_round: int, seed: int, rounds: int) -> np.ndarray:
+    """``[N]``: how many of the first ``rounds`` rounds of a run of ``seed`` each client took part in."""
+    sel = sampled_clients(num_clients, clients_per_round, seed, rounds)
+    return np.bincount(sel.ravel(), minlength=int(num_clients)).astype(np.int64)
 
 
 def round_keys(state: RunState, m: int):
