@@ -354,4 +354,6 @@ mutate fedalf_jax/experiment/sweep.py "            with bar.stage(f\"planning {l
   '            with contextlib.nullcontext():' "dedupe: the sweep says nothing while it plans" "$D -k stage"
 mutate fedalf_jax/experiment/sweep.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
   "dedupe: compiling while it plans memory not shown" "$D -k stage"
+mutate fedalf_jax/api.py '               for cs in (S.distinct(configs)[0], configs)):' '               for cs in (configs,)):' \
+  "dedupe: fj.sweep(resume=True) refuses a sweep.json of distinct runs" "$D -k fj_sweep"
 exit $status

@@ -120,3 +120,12 @@ def test_a_sweep_shows_its_stage_from_the_start_before_it_compiles(tmp_path, cap
     chunk = next(i for i, s in enumerate(said) if "sweep chunk" in s)
     assert said[0].startswith("fedalf sweep") and first <= 1, said[:3]  # its first line: the bar, then the stage
     assert first < memory < compiling < chunk, said
+
+
+def test_fj_sweep_runs_ignored_values_once_and_resumes_with_the_same_call(tmp_path, compile_cache):
+    import fedalf_jax as fj
+    call = dict(out=tmp_path / "api", grid={"lr": [0.01, 0.1]}, seeds=[0], progress=False)
+    first = fj.sweep(fj.Config(algorithm="fedlf", **BASE), **call)
+    assert first.names == ["fedlf"] and _run_dirs(tmp_path / "api") == ["fedlf"]  # 2 lr × 1 seed: 1 run
+    again = fj.sweep(fj.Config(algorithm="fedlf", **BASE), **call, resume=True)
+    assert again.names == ["fedlf"]
