@@ -233,7 +233,7 @@ mutate fedalf_jax/cli.py '[1, 8] if jax.default_backend() != "cpu" else [0]' '[1
 mutate experiments/gpu_session.sh '    exit "$rc"' '    true' "kit: gpu_session goes on after a failing command" "$K -k command_fails"
 mutate experiments/gpu_session.sh 'PY=${PYTHON:-.venv/bin/python}' 'PY=python3' "kit: gpu_session runs the system python3" \
   "$K -k smoke_step"
-mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compressed=compress)' '        pass' \
+mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compressed=compress, announce=announce)' '        pass' \
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
 mutate fedalf_jax/experiment/bench.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
@@ -323,8 +323,8 @@ mutate fedalf_jax/experiment/rundir.py '            elif "uncheckable" in (old, 
 mutate fedalf_jax/cli.py '            changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]' \
   '            changed = [k for k in options if k not in C.BOOKKEEPING and want.to_dict()[k] != old.to_dict()[k]]' \
   "identity: run --resume compares raw options, not resolved values (item 6)" "$ID -k run_resume_accepts"
-mutate fedalf_jax/cli.py '            if sorted(map(_resolved, configs)) != sorted(map(_resolved, there)):' \
-  '            if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(json.dumps(c.to_dict(), sort_keys=True) for c in there):' \
+mutate fedalf_jax/cli.py '            if all(sorted(map(_resolved, cs)) != sorted(map(_resolved, there))' \
+  '            if all(sorted(json.dumps(c.to_dict(), sort_keys=True) for c in cs) != sorted(json.dumps(c.to_dict(), sort_keys=True) for c in there)' \
   "identity: sweep --resume compares raw options, not resolved values (item 6)" "$ID -k sweep_resume_accepts"
 # issue #28 items 10 and 11: what a researcher and a new user stumbled on in the API and the CLI (labels start
 # with "api"), tests/test_api_stumbles.py
@@ -357,4 +357,21 @@ mutate fedalf_jax/cli.py '    p.add_argument("--version", action=_Version,' '   
   "api: no fedalf --version (item 11)" "$A -k version"
 mutate notebooks/fedalf_round.ipynb "project's active-set solver (Wolfe's" "jaxopt's BoxOSQP solver (Wolfe's" \
   "api: the round notebook names another QP solver than it runs (item 11)" "$A -k notebook_describes"
+# issue #29 item 7: a sweep runs each distinct configuration once and shows its stage from its start
+# (labels start with "dedupe"), tests/test_sweep_dedupe.py
+D=tests/test_sweep_dedupe.py
+mutate fedalf_jax/experiment/sweep.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
+  '        ident = c.identity()' "dedupe: ignored options not normalised (every combination a run)" "$D -k distinct"
+mutate fedalf_jax/experiment/config.py '        out.update(lr="client_grad=full", lr_decay="client_grad=full")' '        pass' \
+  "dedupe: FedLF client_grad=full said to read --lr" "$D -k distinct"
+mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
+  "dedupe: the sweep runs every combination" "$D -k ignored_lr"
+mutate fedalf_jax/cli.py '                   for cs in (S.distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
+  "dedupe: --resume with the options refuses a sweep.json of distinct runs" "$D -k ignored_lr"
+mutate fedalf_jax/experiment/sweep.py "            with bar.stage(f\"planning {len(configs)} run{'s' if len(configs) != 1 else ''}\"):" \
+  '            with contextlib.nullcontext():' "dedupe: the sweep says nothing while it plans" "$D -k stage"
+mutate fedalf_jax/experiment/sweep.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
+  "dedupe: compiling while it plans memory not shown" "$D -k stage"
+mutate fedalf_jax/api.py '               for cs in (S.distinct(configs)[0], configs)):' '               for cs in (configs,)):' \
+  "dedupe: fj.sweep(resume=True) refuses a sweep.json of distinct runs" "$D -k fj_sweep"
 exit $status

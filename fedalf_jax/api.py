@@ -200,9 +200,10 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
                               f"it with overwrite=True, or choose another out")
         S.remove_sweep(root)
     if resume and (root / "sweep.json").is_file():
-        there = [e["config"] for e in S.read_sweep(root)["runs"]]
-        if sorted(json.dumps(c.to_dict(), sort_keys=True) for c in configs) != sorted(
-                json.dumps({**c, "out": None}, sort_keys=True) for c in there):
+        there = sorted(json.dumps({**e["config"], "out": None}, sort_keys=True) for e in S.read_sweep(root)["runs"])
+        # sweep.json lists the distinct runs (S.distinct); one written before lists every combination
+        if all(sorted(json.dumps(c.to_dict(), sort_keys=True) for c in cs) != there
+               for cs in (S.distinct(configs)[0], configs)):
             raise ConfigError(f"resume=True: the options describe other runs than the sweep in {root}; give the "
                               f"sweep's own options, overwrite=True to replace it, or another out")
         S.resume(root, chunk=chunk, progress=progress)

@@ -400,7 +400,9 @@ def _cmd_sweep(args) -> int:
         if given or args.seeds or args.config:  # the flags must describe the sweep that is there
             configs = _sweep_configs(args, given)
             there = [Config.from_dict({**C.from_run(r["config"]), "out": None}) for r in S.read_sweep(args.out)["runs"]]
-            if sorted(map(_resolved, configs)) != sorted(map(_resolved, there)):
+            # a sweep.json lists the distinct runs (S.distinct); one written before lists every combination
+            if all(sorted(map(_resolved, cs)) != sorted(map(_resolved, there))
+                   for cs in (S.distinct(configs)[0], configs)):
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
                                   f"resume it with only --out (and --rounds N to extend it, --sweep-chunk, "
                                   f"--no-progress)")

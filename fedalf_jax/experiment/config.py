@@ -106,6 +106,37 @@ def identity_diff(a: dict, b: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))
 
 
+# option -> the built-in algorithms that read it (the others' programs never do); the report names no
+# variant by an option its run does not read, and a sweep runs combinations differing only in such
+# options once (ignored_options)
+USED_BY = {
+    "mu": ("fedprox",), "q": ("qfedavg",),
+    "rho": ("fedadmm", "fedalf"), "server_target": ("fedadmm", "fedalf"), "dual_from": ("fedadmm", "fedalf"),
+    "client_grad": ("fedlf",),
+    "history": ("fedlf", "fedalf"), "history_tau": ("fedlf", "fedalf"), "merge_tol": ("fedlf", "fedalf"),
+    "qp_method": ("fedlf", "fedalf"), "fair_norm": ("fedlf", "fedalf"),
+}
+
+
+def ignored_options(cfg: "Config") -> dict[str, str]:
+    """The options ``cfg``'s run never reads, each with the condition that makes it so ("" when its
+    algorithm never reads it): runs of a built-in algorithm that differ only in these compute the same
+    trajectory bit for bit. A user's algorithm reads ``HParams`` as it likes: nothing is known ignored."""
+    algo = cfg.algorithm
+    if algo not in ALGORITHMS:
+        return {}
+    out = {k: "" for k, users in USED_BY.items() if algo not in users}
+    if algo == "fedlf" and cfg.client_grad == "full":  # no local training: the client sends ∇f_i(θ_t)
+        out.update(lr="client_grad=full", lr_decay="client_grad=full")
+    if algo == "qfedavg":  # its step is set by its h_i (dp central, whose noise reads η_g, refuses qfedavg)
+        out.update(server_lr="", server_lr_decay="")
+    if cfg.ldp == "none" and cfg.dp == "none":
+        out["epsilon"] = "ldp=none, dp=none"
+    if cfg.dp not in ("gaussian", "central"):
+        out.update(delta=f"dp={cfg.dp}", clip=f"dp={cfg.dp}")
+    return out
+
+
 # Keys that config.json carries for the reader but that are derived from the options (Config.privacy):
 # Config.from_dict ignores them, so a run directory's config.json goes back through --config as it is.
 DERIVED_KEYS = ("privacy",)

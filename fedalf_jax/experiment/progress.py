@@ -131,6 +131,21 @@ class Progress:
             if self._bar is not None:
                 self._bar.update(n)
 
+    def set_total(self, total: int) -> None:
+        """The bar's total, once known (a sweep's bar shows its planning stages before it knows it)."""
+        if self._bar is not None:
+            with self._lock:
+                self._bar.total = total
+                self._bar.refresh()
+
+    def write(self, line: str) -> None:
+        """``line`` on stderr, above the bar (which is redrawn below it)."""
+        if self._bar is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        with self._lock:
+            self._bar.write(line, file=sys.stderr)
+
     def postfix(self, **kw) -> None:
         if self._bar is not None:
             with self._lock:

@@ -86,7 +86,7 @@ from typing import Iterable, NamedTuple, Optional
 
 import numpy as np
 
-from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError, privacy_guarantee
+from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError, privacy_guarantee
 from .rundir import METRICS, RunDir, find_runs, metric_columns
 from .writers import DamagedFile, read_csv_rows
 
@@ -102,14 +102,7 @@ NOT_NAMING = frozenset({
     "data_dir", "data_source", "client_map", "conv_impl", "eval_every", "train_loss_every",
     "checkpoint_every", "log"})  # not rounds: runs of different lengths are never averaged together
 _NOT_NAMING_PREFIXES = ("synthetic_",)
-# option -> the algorithms that use it (elsewhere it names no variant)
-_USED_BY = {
-    "mu": ("fedprox",), "q": ("qfedavg",),
-    "rho": ("fedadmm", "fedalf"), "server_target": ("fedadmm", "fedalf"), "dual_from": ("fedadmm", "fedalf"),
-    "client_grad": ("fedlf",),
-    "history": ("fedlf", "fedalf"), "history_tau": ("fedlf", "fedalf"), "merge_tol": ("fedlf", "fedalf"), "qp_method": ("fedlf", "fedalf"),
-    "fair_norm": ("fedlf", "fedalf"),
-}
+_USED_BY = USED_BY  # option -> the algorithms that use it (elsewhere it names no variant)
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
                "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
                "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std", "guarantee",

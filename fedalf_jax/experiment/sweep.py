@@ -8,7 +8,8 @@ hyper-parameters. Each discrete combination (algorithm, partition, model, privac
 its own program.
 
 Every run writes the run directory ``fedalf run`` would write, under ``out/<name>``; ``out/sweep.json``
-lists them. With ``--run-map map`` (the CPU's default) a run of a sweep gives the metrics of the single
+lists them. Combinations that differ only in options their algorithm ignores are one run
+(:func:`distinct`): the sweep makes and lists the first of them only, and says so in one line. With ``--run-map map`` (the CPU's default) a run of a sweep gives the metrics of the single
 ``fedalf run`` with the same config bit for bit (tests/test_sweep.py): the runs are computed one after
 another inside the program. With ``vmap`` (the GPU's default) they are batched, the server's QPs of all
 runs included, and equal their single runs up to float32 summation order (the tolerance in
@@ -29,6 +30,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Iterable, Optional
@@ -39,7 +41,7 @@ import numpy as np
 
 from ..sim.round import ClientData, init_state
 from .build import check_devices, client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
-from .config import CONTINUOUS, Config, ConfigError, from_run
+from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError, from_run, identity_digest, ignored_options
 from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, say, train
 from .progress import Progress
 from .rundir import METRICS, RunDir, metric_columns, read_sweep, write_sweep
@@ -62,6 +64,42 @@ def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Conf
                 seen.add(k)
                 out.append(cfg)
     return out
+
+
+def distinct(configs: list[Config]) -> tuple[list[Config], Optional[str]]:
+    """The distinct runs of ``configs`` (the first of each, in order) and a one-line notice saying which
+    combinations collapsed (``None`` when none did). Two configs are one run when they differ only in
+    options their algorithm ignores (:func:`config.ignored_options`): their resolved identities
+    (:meth:`Config.identity`) with those options normalised have one digest, and their bookkeeping
+    (rounds, cadences, writers) is equal."""
+    kept: list[Config] = []
+    first: dict[tuple, Config] = {}
+    count: dict[str, list[int]] = {}  # algorithm -> [combinations, distinct runs]
+    why: dict[tuple[str, str], list[str]] = {}  # (algorithm, condition) -> the ignored options that varied
+    for c in configs:
+        ignored = ignored_options(c)
+        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}
+        key = identity_digest(ident), json.dumps({k: getattr(c, k) for k in BOOKKEEPING if k != "out"}, sort_keys=True)
+        n = count.setdefault(c.algorithm, [0, 0])
+        n[0] += 1
+        twin = first.get(key)
+        if twin is None:
+            first[key] = c
+            kept.append(c)
+            n[1] += 1
+            continue
+        for k in sorted(ignored):
+            if getattr(c, k) != getattr(twin, k):
+                opts = why.setdefault((c.algorithm, ignored[k]), [])
+                if k not in opts:
+                    opts.append(k)
+    if len(kept) == len(configs):
+        return kept, None
+    said = ", ".join(f"{a} ignores {', '.join('--' + k.replace('_', '-') for k in opts)}" + (f" ({cond})" if cond else "")
+                     for (a, cond), opts in why.items())
+    each = ", ".join(f"{a}'s {n} are {d}" for a, (n, d) in count.items() if n != d) if len(count) > 1 else ""
+    return kept, (f"{said}: {len(configs)} combinations are {len(kept)} distinct runs{f' ({each})' if each else ''}; "
+                  f"running each once")
 
 
 def static_key(cfg: Config) -> str:
@@ -144,19 +182,31 @@ def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None
     if not configs:
         raise ConfigError("the sweep has no runs")
     _check_chunk(chunk)
+    configs, notice = distinct(configs)
+    if notice:
+        print(f"fedalf sweep: {notice}", file=sys.stderr, flush=True)
     root = Path(out)
     RunDir(root).create()
-    with _held(root, shard):
-        programs: dict = {}
-        chosen = chunk
-        if chunk is None and not _planned(configs, root, same=shard is not None):
-            chosen = choose_chunk(configs, limit=memory_limit, progress=progress, programs=programs)
-        compress = RunDir(root).compress if compress_checkpoints is None else bool(compress_checkpoints)  # or the env's
-        plan(configs, root, {**(meta or {}), "chunk": chosen, "compress_checkpoints": compress}, same=shard is not None)
-        check_disk(configs, root, compressed=compress)
-        # chunk None: the one sweep.json records (this process's choice, or that of the slice that planned it)
-        return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=None, programs=programs,
-                       compress=compress_checkpoints)
+    bar = Progress(None, enabled=progress, desc="fedalf sweep")  # its stages show from the start
+    announce = lambda msg: bar.write(f"fedalf: {msg}")  # noqa: E731
+    try:
+        with _held(root, shard):
+            programs: dict = {}
+            chosen = chunk
+            with bar.stage(f"planning {len(configs)} run{'s' if len(configs) != 1 else ''}"):
+                if chunk is None and not _planned(configs, root, same=shard is not None):
+                    with bar.stage("planning memory"):
+                        chosen = choose_chunk(configs, limit=memory_limit, progress=progress, programs=programs,
+                                              announce=announce, bar=bar)
+                compress = RunDir(root).compress if compress_checkpoints is None else bool(compress_checkpoints)
+                plan(configs, root, {**(meta or {}), "chunk": chosen, "compress_checkpoints": compress},
+                     same=shard is not None)
+                check_disk(configs, root, compressed=compress, announce=announce)
+            # chunk None: the one sweep.json records (this process's choice, or that of the slice that planned it)
+            return _resume(root, chunk=chunk, progress=progress, shard=shard, rounds=None, programs=programs,
+                           compress=compress_checkpoints, bar=bar)
+    finally:
+        bar.close()
 
 
 def checkpoint_bytes(configs: list[Config]) -> tuple[int, int]:
@@ -252,7 +302,28 @@ def remove_sweep(out: str | Path) -> None:
         (root / "sweep.json").unlink()
 
 
-def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compress=None) -> list[dict]:
+def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compress=None,
+            bar: Optional[Progress] = None) -> list[dict]:
+    own = bar is None  # else sweep()'s, which showed its planning stages
+    bar = Progress(None, enabled=progress, desc="fedalf sweep") if own else bar  # stages shown from the start
+    try:
+        with bar.stage("loading the runs"):
+            plans, entries, total = _plan_calls(root, chunk=chunk, shard=shard, rounds=rounds, programs=programs,
+                                                compress=compress)
+        state = {"done": total - sum(len(g.members) for g in plans), "best": -math.inf, "total": total}
+        _best_of_finished(entries, root, state)
+        bar.set_total(sum(g.remaining for g in plans))
+        for group in plans:
+            group.run(bar, state)
+    finally:
+        if own:
+            bar.close()
+    return results(root)
+
+
+def _plan_calls(root: Path, *, chunk, shard, rounds, programs, compress) -> tuple[list, list, int]:
+    """The pending runs of the sweep in ``root`` as ``_Group`` s (this slice's program calls), its
+    entries and this slice's run count."""
     info = read_sweep(root)
     if any("config" not in e for e in info["runs"]):
         raise ConfigError(f"{root / 'sweep.json'} lists runs without their config; restore the file")
@@ -284,15 +355,7 @@ def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compre
             plans.append(_Group(todo, width=width, ready=(programs or {}).get((key, width))))
     if entries != info["runs"]:  # --rounds N: written once every run it changes is checked (_Group)
         write_sweep(root, entries, {k: v for k, v in info.items() if k != "runs"})
-    state = {"done": total - sum(len(g.members) for g in plans), "best": -math.inf, "total": total}
-    _best_of_finished(entries, root, state)
-    bar = Progress(sum(g.remaining for g in plans), enabled=progress, desc="fedalf sweep")
-    try:
-        for group in plans:
-            group.run(bar, state)
-    finally:
-        bar.close()
-    return results(root)
+    return plans, entries, total
 
 
 def _check_interrupt(where: int) -> None:
@@ -485,8 +548,9 @@ class _Sizer:
     plus the host copy of the state a checkpoint takes while the next call runs. The programs are kept
     in ``programs[(key, width)]`` for the sweep to run (see :meth:`_Group.run`)."""
 
-    def __init__(self, group: "_Group", key: str, progress: bool, programs: Optional[dict]):
-        self.group, self.key, self.progress, self.programs = group, key, progress, programs
+    def __init__(self, group: "_Group", key: str, progress: bool, programs: Optional[dict],
+                 bar: Optional[Progress] = None):
+        self.group, self.key, self.progress, self.programs, self.bar = group, key, progress, programs, bar
         cfg = group.members[0][0]
         self.length = min(cfg.eval_every, cfg.rounds)
         self.cpu = jax.default_backend() == "cpu"
@@ -498,6 +562,7 @@ class _Sizer:
         g = self.group
         args = g.abstract_inputs(width)
         late = _LateBar(self.progress)
+        late.bar = self.bar  # the sweep's bar says "compiling" while it compiles
         program = Program(g.spec, batched=True, data_axes=g.axes, progress=late, devices=g.devices, run_map=g.run_map)
         chunk = program_bytes(program.compiled(self.length, *args))
         loss = program_bytes(program.compiled_train_loss(*args), inputs_bytes=_nbytes(args))
@@ -547,7 +612,7 @@ def fit_width(estimate, runs: int, devices: int, limit: int, args_bytes=None, tr
 
 
 def choose_chunk(configs: list[Config], *, limit: Optional[int] = None, progress: bool = False,
-                 programs: Optional[dict] = None, announce=say) -> Optional[int]:
+                 programs: Optional[dict] = None, announce=say, bar: Optional[Progress] = None) -> Optional[int]:
     """The most runs per program call for a sweep of ``configs``: for each discrete combination, the widest
     call whose planned memory (:class:`_Sizer`, :func:`fit_width`) fits :func:`memory_limit`; the
     smallest of these over the combinations, or ``None`` when every combination fits whole. Says in one
@@ -565,7 +630,7 @@ def choose_chunk(configs: list[Config], *, limit: Optional[int] = None, progress
     fits_all = []  # (bytes, runs) of the combinations that fit whole
     for key, cfgs in groups.items():
         group = _Group([(c, None) for c in cfgs])
-        sizer = _Sizer(group, key, progress, programs)
+        sizer = _Sizer(group, key, progress, programs, bar)
         try:
             width, seen = fit_width(sizer, len(cfgs), group.devices, lim, args_bytes=sizer.args_bytes)
         except NoEstimate as e:
