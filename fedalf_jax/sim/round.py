@@ -105,8 +105,8 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     params = variables["params"]
     stored = T.cast(params, spec.state_dtype)  # per-client rows are stored in spec.state_dtype
     duals = client_states(spec.algorithm, stored, spec.num_clients, spec.state_dtype)
-    C.check_state_init(spec.algorithm, "init_server_state", spec.algorithm.init_server_state, stored,
-                       spec.num_clients)
+    C.check_state_init(spec.algorithm, "init_server_state",  # N is static (a Python int), as in the call below
+                       lambda p: spec.algorithm.init_server_state(p, spec.num_clients), stored)
     sstate = spec.algorithm.init_server_state(stored, spec.num_clients)
     return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key)
 
