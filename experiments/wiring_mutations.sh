@@ -374,4 +374,32 @@ mutate fedalf_jax/experiment/sweep.py '        late.bar = self.bar  # the sweep'
   "dedupe: compiling while it plans memory not shown" "$D -k stage"
 mutate fedalf_jax/api.py '               for cs in (S.distinct(configs)[0], configs)):' '               for cs in (configs,)):' \
   "dedupe: fj.sweep(resume=True) refuses a sweep.json of distinct runs" "$D -k fj_sweep"
+# issue #28 items 1, 2, 3, 7, 8, 9: the algorithm contract and the SCAFFOLD / FedNova examples (labels start with "contract")
+K=tests/test_contract.py
+mutate fedalf_jax/sim/round.py '    bcast = alg.broadcast(state.sstate) if' \
+  '    bcast = alg.broadcast(jax.tree_util.tree_map(jnp.zeros_like, state.sstate)) if' \
+  "contract: the clients receive the initial server state's broadcast every round (item 1)" "$K -k broadcast"
+mutate fedalf_jax/sim/round.py 'return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, aux)' \
+  'return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, jax.tree_util.tree_map(jnp.zeros_like, aux))' \
+  "contract: the auxiliary uploads reach the server as zeros (item 2)" "$K -k scaffold_example"
+mutate fedalf_jax/experiment/config.py '        if alg is not None and alg.public_aux is False:' '        if False:' \
+  "contract: the privacy record is silent on a non-public aux (item 2)" "$K -k privacy_record"
+mutate fedalf_jax/sim/round.py '(epochs * ((n + batch_size - 1) // batch_size))' '(epochs * (n // batch_size))' \
+  "contract: the local step count misses a last partial batch (item 3)" "$K -k fednova_example"
+mutate fedalf_jax/sim/round.py 'spec.num_clients, n_sel, outs.aux)' 'spec.num_clients, jnp.ones_like(n_sel), outs.aux)' \
+  "contract: ServerIn.n is not the clients' sample counts (item 3)" "$K -k broadcast"
+mutate fedalf_jax/experiment/rundir.py 'metric_columns(cfg.clients, extra), keep_upto=keep_upto)' \
+  'metric_columns(cfg.clients), keep_upto=keep_upto)' "contract: the algorithm's own metrics left out of metrics.csv (item 7)" \
+  "$K -k broadcast"
+mutate fedalf_jax/experiment/report.py '    if own:  # the metrics a user' '    if False:  # the metrics a user' \
+  "contract: the report leaves out the algorithm's own metrics (item 7)" "$K -k broadcast"
+mutate fedalf_jax/sim/contract.py '    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' '    pass' \
+  "contract: a Δ_i of the wrong shape is not named (item 8)" "$K -k contract_mistake"
+mutate fedalf_jax/sim/contract.py '        if dtypes and jnp.result_type(a) != jnp.result_type(b):' '        if False:' \
+  "contract: a client state in another dtype is cast, not refused (item 8)" "$K -k contract_mistake"
+mutate examples/scaffold.py 'dc = _map(lambda c, d: -c + d / (k * lr_t), broadcast, delta)' \
+  'dc = _map(lambda c, d: -c + d / lr_t, broadcast, delta)' "contract: SCAFFOLD's c_i+ without the step count K (item 9)" \
+  "$K -k scaffold_example"
+mutate examples/fednova.py '    tau_eff = jnp.sum(p * tau)' '    tau_eff = jnp.mean(tau)' \
+  "contract: FedNova's tau_eff unweighted (item 9)" "$K -k fednova_example"
 exit $status

@@ -22,7 +22,7 @@ from .experiment.config import Config, ConfigError
 from .experiment.metrics import fairness_angle, summarize
 from .experiment.registry import ArrayData, register_algorithm, register_dataset, register_model
 from .sim import algorithms
-from .sim.algorithms import Algorithm, HParams, ServerIn
+from .sim.algorithms import Algorithm, ClientFacts, HParams, ServerIn
 from .sim.fairness import fair_direction, fair_weights, module_layers, tensor_layers
 from .sim.privacy import adaptive_ldp, gaussian_dp, ldp_fl
 from .sim.qp import solve_simplex_qp
@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Config", "ConfigError", "run", "sweep", "load", "report", "Result", "SweepResult",
-    "Algorithm", "ServerIn", "HParams", "algorithms", "register_algorithm", "register_model", "register_dataset",
+    "Algorithm", "ServerIn", "HParams", "ClientFacts", "algorithms", "register_algorithm", "register_model", "register_dataset",
     "ArrayData", "fair_direction", "fair_weights", "module_layers", "tensor_layers", "solve_simplex_qp",
     "fairness_angle", "summarize", "adaptive_ldp", "ldp_fl", "gaussian_dp",
 ]

@@ -164,7 +164,7 @@ def test_a_user_algorithms_privacy_statement():
     """config.json's privacy block for a user's algorithm follows what it declares (written out by hand)."""
     import dataclasses
     mech = ["|δ| = |w − c| of every weight", "each tensor's centre c and radius r"]
-    n_i = "the sample count n_i, if its server uses ServerIn.weights"
+    n_i = "the sample count n_i, if its server uses ServerIn.weights or ServerIn.n"
     fj.register_algorithm("declared_private", user_fedavg)
     p = fj.Config(algorithm="declared_private", ldp="adaptive").privacy
     assert p["guarantee"] == "holds" and p["not_covered"] == [*mech, n_i]

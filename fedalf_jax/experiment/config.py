@@ -625,7 +625,9 @@ def privacy_not_covered(cfg: "Config") -> list[str]:
         alg = _user_algorithm(cfg.algorithm, registry.version())
         if alg is None or alg.needs_loss:
             out.append("the loss l_i = f_i(θ_t)" + ("" if alg is not None else ", if its server uses it"))
-        out.append("the sample count n_i, if its server uses ServerIn.weights")
+        out.append("the sample count n_i, if its server uses ServerIn.weights or ServerIn.n")
+        if alg is not None and alg.public_aux is False:
+            out.append("the auxiliary upload ServerIn.aux (the algorithm declares public_aux=False)")
         return out
     if cfg.algorithm in _SENDS_LOSS:
         out.append("the loss l_i = f_i(θ_t)")

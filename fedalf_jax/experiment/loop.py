@@ -594,7 +594,8 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
         elif resume and writer:
             say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
         if writer:
-            slot.writers = rd.writers(cfg, keep_upto=start if start else None)  # reads metrics.csv first
+            slot.writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv first
+                                      extra=exp.spec.algorithm.metrics)
             rd.clear_summary()
             rd.write_config(cfg)
             rd.write_clients(exp.source, exp.partition.summary(exp.labels))

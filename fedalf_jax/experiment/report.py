@@ -87,7 +87,7 @@ from typing import Iterable, NamedTuple, Optional
 import numpy as np
 
 from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError, privacy_guarantee
-from .rundir import METRICS, RunDir, find_runs, metric_columns
+from .rundir import METRICS, RunDir, columns_of_file, find_runs, metric_columns
 from .writers import DamagedFile, read_csv_rows
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
@@ -132,6 +132,7 @@ class Run:
     guarantee: Optional[dict] = None      # private runs: {"guarantee": "holds" | "does not hold", "why"}
     spent: Optional[dict] = None          # summary.json's privacy_spent (runs from before it: None)
     named_by: dict = dataclasses.field(default_factory=dict)  # the options naming the variant: {option: value}
+    own: dict = dataclasses.field(default_factory=dict)  # the algorithm's own metrics (Algorithm.metrics) per evaluation
 
     @property
     def cell_key(self) -> tuple:
@@ -249,7 +250,7 @@ def _load_curves(run: Run, rd: RunDir) -> bool:
     """Read the run's evaluations; False when ``metrics.csv`` has none. A damaged one (another header
     than the run's columns, a row of the wrong width, a repeated or reordered round, ...) is refused."""
     if (rd.path / METRICS).is_file():
-        read_csv_rows(rd.path / METRICS, columns=metric_columns(int(run.cfg["clients"])))
+        read_csv_rows(rd.path / METRICS, columns=columns_of_file(rd.path / METRICS, int(run.cfg["clients"])))
     m = rd.metrics()
     if not m or len(m.get("round", ())) == 0 or "mean_acc" not in m or "angle_deg" not in m:
         return False
@@ -257,6 +258,9 @@ def _load_curves(run: Run, rd: RunDir) -> bool:
     run.rounds = m["round"][order]
     run.acc, run.angle = m["mean_acc"][order], m["angle_deg"][order]
     run.clients = rd.client_accuracies(m)[order]
+    standard = set(metric_columns(int(run.cfg["clients"])))
+    run.own = {k: np.asarray(v, np.float64)[order] for k, v in m.items() if k not in standard
+               and not k.startswith("acc_")}
     return True
 
 
@@ -466,6 +470,8 @@ def cell_row(cell: Cell, last: int) -> dict:
         row[f"{k}_mean"], row[f"{k}_std"] = mean_std(vals)
     row["guarantee"] = cell_guarantee(cell)
     row["eps_spent"], row["eps_spent_delta"] = cell_spent(cell)
+    names = list(dict.fromkeys(k for r in runs for k in r.own))
+    row["own_metrics"] = {k: mean_std([r.own[k][-1] for r in runs if k in r.own]) for k in names}  # not in the CSV
     return row
 
 
@@ -626,6 +632,12 @@ def write_markdown(path: Path, cells: list[Cell], rows: dict, last: int, figures
     for model in sorted({c.model for c in cells}, key=lambda m: _index(MODELS, m)):
         mine = [c for c in cells if c.model == model]
         lines += _model_section(model, mine, rows, last, figures.get(model, []), path.parent)
+    own = [(c, rows[id(c)]["own_metrics"]) for c in cells if id(c) in rows and rows[id(c)].get("own_metrics")]
+    if own:  # the metrics a user's algorithm declares (Algorithm.metrics): final value, mean ± std over seeds
+        lines += ["", "## The algorithms' own metrics", "", "At the last evaluation, mean ± std over seeds.", ""]
+        lines += _md_table(["cell", "algorithm", "metrics"], [
+            [c.where, c.variant, "; ".join(f"{k} {_pm(mu, sd, 4 if abs(mu) < 100 else 1)}" for k, (mu, sd) in m.items())]
+            for c, m in own])
     with _writing(path):
         path.write_text("\n".join(lines), errors="surrogateescape")  # a path's bytes as the OS gave them
 

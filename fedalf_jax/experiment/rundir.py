@@ -36,6 +36,7 @@ rather than writing through it, and a ``tb`` link is refused for ``--log tensorb
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -77,9 +78,36 @@ SUMMARY_KEYS = ("mean_acc", "angle", "angle_deg", "std_acc", "worst10_acc", "bes
 EVAL_KEYS = SUMMARY_KEYS + ("test_loss", "train_loss", "seconds_per_round")
 
 
-def metric_columns(num_clients: int) -> list[str]:
-    """The columns of ``metrics.csv``."""
-    return ["round", *EVAL_KEYS, *METRIC_KEYS] + [f"{PER_CLIENT_PREFIX}{i}" for i in range(num_clients)]
+def metric_columns(num_clients: int, extra: Iterable[str] = ()) -> list[str]:
+    """The columns of ``metrics.csv``; ``extra``: the algorithm's own metrics (``Algorithm.metrics``), after
+    the round's and before the clients' accuracies."""
+    extra = list(extra)
+    own = ["round", *EVAL_KEYS, *METRIC_KEYS]
+    for k in extra:
+        if not isinstance(k, str) or not k or k in own or k.startswith(PER_CLIENT_PREFIX) or extra.count(k) > 1:
+            raise ConfigError(f"the algorithm's metric name {k!r} is empty, repeated, or one of fedalf's own "
+                              f"metrics.csv columns; rename it in Algorithm(metrics=...)")
+    return own + extra + [f"{PER_CLIENT_PREFIX}{i}" for i in range(num_clients)]
+
+
+def columns_of_file(path: Path, num_clients: int) -> list[str]:
+    """The columns a ``metrics.csv`` written for ``num_clients`` clients must have, with the algorithm's own
+    metrics as its header names them (between the round's columns and the accuracies): for a reader that
+    does not build the algorithm (the report)."""
+    own = metric_columns(num_clients)
+    try:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return own
+    k = len(own) - num_clients
+    if header[:k] != own[:k]:
+        return own
+    extra = [c for c in header[k:] if not c.startswith(PER_CLIENT_PREFIX)]
+    try:
+        return metric_columns(num_clients, extra)
+    except ConfigError:
+        return own
 
 
 def scalars_of(row: dict) -> dict:
@@ -312,13 +340,13 @@ class RunDir:
     def write_clients(self, source: str, clients: list) -> None:
         write_json(self.path / CLIENTS, {"source": source, "clients": clients})
 
-    def writers(self, cfg: Config, *, keep_upto: Optional[int] = None) -> list:
-        """The run's metric writers: ``metrics.csv`` (continued up to ``keep_upto`` on resume), and
-        TensorBoard's when ``cfg.log == "tensorboard"``."""
+    def writers(self, cfg: Config, *, keep_upto: Optional[int] = None, extra: Iterable[str] = ()) -> list:
+        """The run's metric writers: ``metrics.csv`` (continued up to ``keep_upto`` on resume; ``extra``: the
+        algorithm's own metric columns), and TensorBoard's when ``cfg.log == "tensorboard"``."""
         if cfg.log == "tensorboard" and (self.path / TB).is_symlink():  # its event files would go elsewhere
             raise ConfigError(f"{self.path / TB} is a symbolic link, and fedalf writes only inside the run folder: "
                               f"remove the link, or choose another --out")
-        out = [CsvWriter(self.path / METRICS, metric_columns(cfg.clients), keep_upto=keep_upto)]
+        out = [CsvWriter(self.path / METRICS, metric_columns(cfg.clients, extra), keep_upto=keep_upto)]
         if cfg.log == "tensorboard":
             out.append(TensorBoardWriter(self.path / TB))
         return out

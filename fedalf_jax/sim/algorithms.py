@@ -52,6 +52,16 @@ class ServerIn(NamedTuple):
     sstate: Any         # server state (history rows) or ()
     noise_var: Any = None  # [m]: Σ over Δ_i's values of their privacy-noise variance (needs_noise_var)
     num_clients: Any = None  # N, the federation's size (a Python int)
+    n: Any = None       # [m] int32: the clients' absolute sample counts n_i
+    aux: Any = None     # the clients' auxiliary uploads (upload's third element), leading axis m; or None
+
+
+class ClientFacts(NamedTuple):
+    """What a client knows of itself, given to ``penalty`` and ``upload`` as ``facts=`` when they have a
+    parameter ``facts``: its sample count and the SGD steps its local training takes this round."""
+
+    n: Any       # int32 scalar: n_i
+    steps: Any   # int32 scalar: local SGD steps, epochs · ⌈n_i / B⌉ (0 without local training)
 
 
 SERVER_INFO = ("qp_iters", "qp_residual", "qp_fallback", "qp_blocks")
@@ -86,6 +96,16 @@ class Algorithm:
     * ``init_server_state(params, num_clients) -> pytree``.
     * ``private_upload``: the upload is a function of ``w_tilde`` and public values only, so a privacy
       mechanism's guarantee covers it (post-processing); a user's algorithm declares it.
+    * ``broadcast(server_state) -> pytree`` (optional): what the server sends every client this round
+      beside θ; ``penalty`` and ``upload`` get it as the keyword ``broadcast=`` when they have a parameter
+      of that name (shared by the clients, not vmapped).
+    * ``penalty`` and ``upload`` get ``facts=ClientFacts(n, steps)`` when they have a parameter ``facts``.
+    * ``upload`` may return ``(Δ_i, new state, aux)``: ``aux`` (any pytree) reaches the server stacked over
+      the m clients as ``ServerIn.aux``; ``public_aux`` must then say whether it is a function of ``w_tilde``
+      and public values (``True``: covered by the privacy guarantee) or not (``False``).
+    * ``metrics``: the names of the scalars the server returns in ``info`` beyond :data:`SERVER_INFO`, and
+      of those the clients return in ``aux["metrics"]`` (averaged over the round's clients): written to
+      ``metrics.csv``, TensorBoard and the report.
     """
 
     name: str
@@ -98,11 +118,35 @@ class Algorithm:
     init_server_state: Callable = _no_server_state  # (params, num_clients) -> server state
     needs_noise_var: bool = False  # the server uses ServerIn.noise_var (under a privacy mechanism)
     private_upload: bool = False  # the upload is post-processing of w̃ (a user's algorithm declares it)
+    broadcast: Optional[Callable] = None  # server state -> pytree every client receives (keyword broadcast=)
+    public_aux: Optional[bool] = None  # an auxiliary upload is post-processing of w̃ (True) or not (False)
+    metrics: tuple = ()  # the algorithm's own metric names (server info beyond SERVER_INFO, aux["metrics"])
+
+    def client_kwargs(self, fn, broadcast, facts) -> dict:
+        """The keywords ``fn`` (``penalty`` or ``upload``) takes beyond its positional arguments: ``broadcast``
+        (when the algorithm has one) and ``facts``, each only if ``fn`` has a parameter of that name, so a
+        function written for the old contract is called as before."""
+        kw = {}
+        if self.broadcast is not None and _takes(fn, "broadcast"):
+            kw["broadcast"] = broadcast
+        if _takes(fn, "facts"):
+            kw["facts"] = facts
+        return kw
 
     @property
     def has_client_state(self) -> bool:
         """A state per client lives in the run state (FedADMM's and FedALF's dual)."""
         return self.init_client_state is not None
+
+
+def _takes(fn, name: str) -> bool:
+    """``fn`` has a parameter ``name`` (or ``**kwargs``)."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 # ---- local objectives ---------------------------------------------------------------------

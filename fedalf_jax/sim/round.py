@@ -28,7 +28,8 @@ from jax.sharding import Mesh
 
 from . import tree as T
 from .tree import _HI
-from .algorithms import SERVER_INFO, Algorithm, HParams, ServerIn
+from . import contract as C
+from .algorithms import SERVER_INFO, Algorithm, ClientFacts, HParams, ServerIn
 from .batching import each_pair_in_turn
 from .client import full_loss, full_loss_and_grad, local_sgd
 
@@ -58,6 +59,7 @@ class ClientOut(NamedTuple):
     loss: Any       # l_i = f_i(θ_t) (0 when not needed)
     stats: Any      # the client's batch statistics after training (or None)
     noise_var: Any = 0.0  # Σ over Δ_i's values of their privacy-noise variance (0 unless the server asks)
+    aux: Any = None       # the client's auxiliary upload (upload's third element), or None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -103,6 +105,8 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     params = variables["params"]
     stored = T.cast(params, spec.state_dtype)  # per-client rows are stored in spec.state_dtype
     duals = client_states(spec.algorithm, stored, spec.num_clients, spec.state_dtype)
+    C.check_state_init(spec.algorithm, "init_server_state",  # N is static (a Python int), as in the call below
+                       lambda p: spec.algorithm.init_server_state(p, spec.num_clients), stored)
     sstate = spec.algorithm.init_server_state(stored, spec.num_clients)
     return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key)
 
@@ -112,6 +116,7 @@ def client_states(alg: Algorithm, params, num_clients: int, dtype):
     ``num_clients`` (its floating leaves stored in ``dtype``), or ``()`` without a per-client state."""
     if alg.init_client_state is None:
         return ()
+    C.check_state_init(alg, "init_client_state", alg.init_client_state, params)
     one = T.cast(alg.init_client_state(params), dtype)
     return jax.tree_util.tree_map(lambda x: jnp.repeat(jnp.asarray(x)[None], num_clients, axis=0), one)
 
@@ -153,13 +158,22 @@ def upload_noise(upload, w_tilde, var):
     """Σ over the upload's values of their noise variance: ``Δ_i`` is affine in ``w̃`` (coefficient
     ``a`` per value, e.g. −1 for the model upload, −2 for the ADMM increment with the dual from ``w̃``),
     so ``Var Δ_i = a² Var w̃``; ``a`` is read off a forward-mode derivative of ``upload(w̃)``."""
-    _, (tangent, _) = jax.jvp(upload, (w_tilde,), (jax.tree_util.tree_map(jnp.ones_like, w_tilde),))
+    _, (tangent, *_) = jax.jvp(upload, (w_tilde,), (jax.tree_util.tree_map(jnp.ones_like, w_tilde),))
     return sum(jnp.sum(jnp.square(a.astype(jnp.float32)) * v)
                for a, v in zip(jax.tree_util.tree_leaves(tangent), jax.tree_util.tree_leaves(var)))
 
 
-def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y) -> ClientOut:
-    """One client's whole contribution to round ``t`` (unbatched; the round vmaps it)."""
+def local_steps(n, epochs: int, batch_size: int):
+    """The SGD steps a client of ``n`` examples takes in a round: ``epochs · ⌈n / B⌉`` (a padded
+    client's steps past its examples leave the model unchanged, :func:`~fedalf_jax.sim.client.local_sgd`,
+    and are not counted)."""
+    n = jnp.asarray(n, jnp.int32)
+    return (epochs * ((n + batch_size - 1) // batch_size)).astype(jnp.int32)
+
+
+def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y, bcast=None) -> ClientOut:
+    """One client's whole contribution to round ``t`` (unbatched; the round vmaps it). ``bcast``: what the
+    algorithm's ``broadcast`` chose this round (shared by the clients)."""
     alg = spec.algorithm
     theta = theta_vars["params"]
     stats0 = theta_vars.get("batch_stats")
@@ -169,22 +183,31 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     lr_t = hp.lr * hp.lr_decay ** t
     k_train, k_priv = jax.random.split(key)
     loss = full_loss(spec.model, theta_vars, x, y, idx, n) if alg.needs_loss else jnp.zeros(())
-    penalty = alg.penalty(theta, dual, hp) if alg.penalty is not None else None
+    facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size))
+    kw = alg.client_kwargs(alg.upload, bcast, facts)
+    if alg.broadcast is not None and "broadcast" not in kw and (
+            alg.penalty is None or "broadcast" not in alg.client_kwargs(alg.penalty, bcast, facts)):
+        raise C.error(f"algorithm {alg.name!r} has a broadcast, but neither its upload nor its penalty has a "
+                      f"parameter named broadcast to receive it; add one (docs/extending.md)")
+    penalty = (alg.penalty(theta, dual, hp, **alg.client_kwargs(alg.penalty, bcast, facts))
+               if alg.penalty is not None else None)
+    C.check_penalty(alg, penalty, theta)
     w_vars = local_sgd(spec.model, theta_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
                        batch_size=spec.batch_size, penalty=penalty)
     w = w_vars["params"]
     noise_var = jnp.zeros((), jnp.float32)
     if alg.needs_noise_var and (spec.ldp != "none" or spec.dp != "none"):
         w_tilde, var = privatise(spec, k_priv, theta, w, hp, with_variance=True)
-        up = lambda wt: alg.upload(theta, w, wt, dual, hp, lr_t)  # noqa: E731
-        delta, new_dual = up(w_tilde)
+        up = lambda wt: C.unpack_upload(alg, alg.upload(theta, w, wt, dual, hp, lr_t, **kw), theta, dual)  # noqa: E731
+        delta, new_dual, aux = up(w_tilde)
         noise_var = upload_noise(up, w_tilde, var)
     else:
-        delta, new_dual = alg.upload(theta, w, privatise(spec, k_priv, theta, w, hp), dual, hp, lr_t)
+        delta, new_dual, aux = C.unpack_upload(
+            alg, alg.upload(theta, w, privatise(spec, k_priv, theta, w, hp), dual, hp, lr_t, **kw), theta, dual)
     if spec.dp == "central":  # DP-FedAvg's client: its upload clipped to norm C (the server adds the noise)
         from .privacy import clip_global_norm
         delta = clip_global_norm(delta, hp.clip)
-    return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var)
+    return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, aux)
 
 
 def sample_clients(spec: RoundSpec, key):
@@ -270,8 +293,9 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
         weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0], jnp.float32)
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
                     hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var,
-                    spec.num_clients)
-    new_theta, sstate, info = alg.server(s_in)
+                    spec.num_clients, n_sel, outs.aux)
+    new_theta, sstate, info = C.unpack_server(alg, alg.server(s_in), s_in)
+    own = own_metrics(alg, info, outs.aux)
     info = {k: jnp.asarray(info.get(k, 0.0), jnp.float32) for k in SERVER_INFO}  # a user's server may give {}
     if spec.dp == "central":
         new_theta = central_noise(spec, state, hp, new_theta, s_in.server_lr_t)
@@ -281,8 +305,21 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
     duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals
     model_c, layer_c = conflicts(spec, outs.delta, T.sub(theta, new_theta))
     metrics = {"model_conflicts": model_c, "layer_conflicts": layer_c,
-               "client_loss": jnp.mean(outs.loss) if alg.needs_loss else jnp.full((), jnp.nan), **info}
+               "client_loss": jnp.mean(outs.loss) if alg.needs_loss else jnp.full((), jnp.nan), **info, **own}
     return RunState(variables, duals, sstate, t + 1, state.key), metrics
+
+
+def own_metrics(alg: Algorithm, info: dict, aux) -> dict:
+    """The algorithm's own metrics of this round (``alg.metrics``): the server's ``info`` scalars and the
+    means over the round's clients of ``aux["metrics"]``; NaN for a name neither gave."""
+    out = {}
+    means = {k: jnp.mean(jnp.asarray(v, jnp.float32)) for k, v in C.client_metrics(aux).items()}
+    for k in alg.metrics:
+        if k in info:
+            out[k] = jnp.asarray(info[k], jnp.float32)
+        else:
+            out[k] = means.get(k, jnp.full((), jnp.nan, jnp.float32))
+    return out
 
 
 def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
@@ -296,8 +333,8 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     idx, n = data.train_idx[sel], data.train_n[sel]
 
     def one(pc, sh):
-        variables, hp_, t, x, y = sh
-        return client_step(spec, variables, *pc, hp_, t, x, y)
+        variables, hp_, t, x, y, bcast = sh
+        return client_step(spec, variables, *pc, hp_, t, x, y, bcast)
 
     def local(per_client, shared):
         if spec.client_map == "map":
@@ -307,7 +344,8 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     if spec.client_map == "map":
         local = each_pair_in_turn(local, one)
 
-    per_client, shared = (duals, idx, n, ckeys), (state.variables, hp, state.round, data.x, data.y)
+    bcast = alg.broadcast(state.sstate) if alg.broadcast is not None else None  # once, shared by the clients
+    per_client, shared = (duals, idx, n, ckeys), (state.variables, hp, state.round, data.x, data.y, bcast)
     if spec.client_devices > 1:
         # Inside a shard_map over the mesh axis "clients" (the run loop wraps the whole chunk in one):
         # every device holds the whole (replicated) state, runs its m/D clients, and all-gathers the

@@ -1,0 +1,149 @@
+"""The checks of a user's :class:`~fedalf_jax.sim.algorithms.Algorithm` against its contract
+(docs/extending.md): what ``upload``, ``server``, ``penalty`` and the state initialisers return, checked
+while the round is traced (shapes, dtypes and tree structures are static there), so a mistake is one
+line naming the function, what it returned and what was expected, never a JAX traceback from deep inside
+the compiled round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+def error(msg: str) -> Exception:
+    """A :class:`~fedalf_jax.experiment.config.ConfigError` (the CLI prints it as one line, exit 2)."""
+    from ..experiment.config import ConfigError
+    return ConfigError(msg)
+
+
+def _leaf(x) -> str:
+    try:
+        return f"{jnp.result_type(x)}{list(jnp.shape(x))}"
+    except TypeError:
+        return f"a {type(x).__name__}"
+
+
+def describe(tree, limit: int = 4) -> str:
+    """A short description of a pytree: ``{'b': float32[3]}``-like, its first ``limit`` leaves."""
+    if tree is None:
+        return "None"
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    if not leaves:
+        return f"{treedef.unflatten([])!r}" if treedef.num_leaves == 0 else "()"
+    parts = [f"{jax.tree_util.keystr(p) or 'value'}: {_leaf(x)}" for p, x in leaves[:limit]]
+    more = f", ... ({len(leaves)} leaves)" if len(leaves) > limit else ""
+    return "{" + ", ".join(parts) + more + "}"
+
+
+def check_arrays(fn: str, what: str, tree) -> None:
+    """Every leaf of ``tree`` is an array (or a number): no strings, no other Python objects."""
+    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not isinstance(x, (jax.Array, jax.core.Tracer, jax.ShapeDtypeStruct)) and not hasattr(x, "dtype") \
+                and not isinstance(x, (bool, int, float, complex)):
+            raise error(f"{fn} returned {what} with {jax.tree_util.keystr(path) or 'a leaf'} = {type(x).__name__} "
+                        f"{str(x)[:40]!r}; expected a pytree of arrays")
+
+
+def check_like(fn: str, what: str, got, want, *, expected: str = "", dtypes: bool = True) -> None:
+    """``got`` has ``want``'s tree structure, shapes and (``dtypes``) dtypes; else one line naming ``fn``."""
+    how = f" ({expected})" if expected else ""
+    head = f"{fn} returned {what} {describe(got)}; expected {describe(want)}{how}"
+    try:
+        chex.assert_trees_all_equal_structs(got, want)
+    except (AssertionError, ValueError, TypeError):
+        raise error(f"{head}: another tree structure") from None
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree_util.tree_leaves(want)):
+        where = jax.tree_util.keystr(path) or "the value"
+        if jnp.shape(a) != jnp.shape(b):
+            raise error(f"{head}: {where} has shape {tuple(jnp.shape(a))}, not {tuple(jnp.shape(b))}")
+        if dtypes and jnp.result_type(a) != jnp.result_type(b):
+            raise error(f"{head}: {where} is {jnp.result_type(a)}, not {jnp.result_type(b)} (return it in that "
+                        f"dtype; it is not cast)")
+
+
+def unpack_upload(alg, out, theta, state) -> tuple[Any, Any, Any]:
+    """``(Δ_i, new state, aux)`` from what ``upload`` returned, checked against θ and the client's state."""
+    if not isinstance(out, tuple) or len(out) not in (2, 3):
+        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+        raise error(f"algorithm {alg.name!r}: upload returned {got}; expected (Δ_i, new state) or "
+                    f"(Δ_i, new state, aux)")
+    delta, new_state = out[0], out[1]
+    aux = out[2] if len(out) == 3 else None
+    fn = f"algorithm {alg.name!r}: upload"
+    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")
+    check_like(fn, "the new client state", new_state, state, expected="the state it was given")
+    if aux is not None:
+        check_arrays(fn, "aux", aux)
+        if alg.public_aux is None:
+            raise error(f"{fn} returned an auxiliary upload (a third element) but the Algorithm does not say "
+                        f"whether it is private: set public_aux=True (aux is a function of w_tilde and public "
+                        f"values, so the privacy guarantee covers it) or public_aux=False")
+        for k, v in client_metrics(aux).items():
+            if k not in alg.metrics:
+                raise error(f"{fn} returned the client metric {k!r} in aux['metrics'] but the Algorithm's metrics "
+                            f"are {tuple(alg.metrics)}; add {k!r} to metrics=")
+            if jnp.shape(v) != ():
+                raise error(f"{fn} returned the client metric {k!r} of shape {tuple(jnp.shape(v))}; expected a "
+                            f"scalar")
+    return delta, new_state, aux
+
+
+def client_metrics(aux) -> dict:
+    """The scalars a client returned in ``aux["metrics"]`` (a dict), or none."""
+    if isinstance(aux, dict) and isinstance(aux.get("metrics"), dict):
+        return aux["metrics"]
+    return {}
+
+
+def check_penalty(alg, pen, theta) -> None:
+    """``penalty(...)`` is ``None`` or a function of the params returning a real scalar."""
+    fn = f"algorithm {alg.name!r}: penalty"
+    if pen is None:
+        return
+    if not callable(pen):
+        raise error(f"{fn} returned {type(pen).__name__}; expected a function params -> scalar, or None")
+    try:
+        out = jax.eval_shape(pen, theta)
+    except Exception as e:  # noqa: BLE001 - what the penalty raised, named in one line
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise error(f"{fn}'s function failed on params {describe(theta)}: {msg[:200]}") from None
+    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != () or not jnp.issubdtype(out.dtype, jnp.floating):
+        raise error(f"{fn}'s function returned {describe(out)}; expected a float scalar (shape ())")
+
+
+def unpack_server(alg, out, s) -> tuple[Any, Any, dict]:
+    """``(new θ, new server state, info)`` from what ``server`` returned, checked against ``s``."""
+    from .algorithms import SERVER_INFO
+    fn = f"algorithm {alg.name!r}: server"
+    if not isinstance(out, tuple) or len(out) != 3:
+        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+        raise error(f"{fn} returned {got}; expected (new θ, new server state, info)")
+    theta, sstate, info = out
+    check_like(fn, "the new θ", theta, s.theta, expected="the params θ it was given")
+    check_like(fn, "the new server state", sstate, s.sstate, expected="the state init_server_state made")
+    if info is None:
+        info = {}
+    if not isinstance(info, dict):
+        raise error(f"{fn} returned info of type {type(info).__name__}; expected a dict of float scalars")
+    for k, v in info.items():
+        if k not in SERVER_INFO and k not in alg.metrics:
+            raise error(f"{fn} returned info {k!r}, which is neither one of {SERVER_INFO} nor among the Algorithm's "
+                        f"metrics {tuple(alg.metrics)}; add {k!r} to metrics= to record it")
+        if jnp.shape(v) != ():
+            raise error(f"{fn} returned info {k!r} of shape {tuple(jnp.shape(v))}; expected a scalar")
+    return theta, sstate, info
+
+
+def check_state_init(alg, fn_name: str, make, *args):
+    """``make(*args)``'s shapes (a pytree of arrays), or one line naming the initialiser."""
+    fn = f"algorithm {alg.name!r}: {fn_name}"
+    try:
+        out = jax.eval_shape(make, *args)
+    except TypeError as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else "TypeError"
+        raise error(f"{fn} did not return a pytree of arrays ({msg[:160]})") from None
+    return out
