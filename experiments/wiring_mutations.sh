@@ -237,4 +237,12 @@ mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compres
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
 mutate fedalf_jax/experiment/bench.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
+# issue #29 items 2 and 3: evaluation vmapped over runs on the GPU path, one pivot permutation per QP step
+# (labels start with "gpushape")
+GS=tests/test_gpu_shape.py
+mutate fedalf_jax/sim/train.py '    return f if spec.client_map == "vmap" else per_run(f)' '    return per_run(f)' \
+  "gpushape: a sweep's evaluation mapped over its runs on the GPU path" "$GS -k evaluation"
+mutate fedalf_jax/sim/qp.py '  x = x + solve(Sf - jnp.matmul(M, x, precision=_HI))' \
+  '  x = x + jnp.linalg.solve(M, Sf - jnp.matmul(M, x, precision=_HI))' \
+  "gpushape: the QP step's refinement solves again (a second pivot permutation)" "$GS -k pivots"
 exit $status
