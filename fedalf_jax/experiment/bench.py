@@ -524,7 +524,8 @@ def _layers(spec) -> int:
     return max(int(i) for i in jax.tree_util.tree_leaves(spec.layer_of)) + 1
 
 
-def all_loops(texts: dict, cfg: Config, rounds: int, server_trips: float, *, K: int, blocks, side_by_side: bool) -> dict:
+def all_loops(texts: dict, cfg: Config, rounds: int, server_trips: float, *, K: int, blocks,
+              side_by_side: bool) -> dict:
     """Every loop trip of a program round, read from the compiled programs' HLO (``texts``: the chunk of
     ``rounds`` rounds with its evaluation, the evaluation alone, the train loss; :mod:`.hlo`), and the
     QP's operations per active-set step and per round.
@@ -642,7 +643,8 @@ def format_bench(res: dict) -> str:
         if "all_trips_per_round" in d:
             rows.append((f"all loops, W={w}", f"{sig(d['all_trips_per_round'])} trips/round",
                          f"every loop trip of a program round from the compiled programs: the round's scans "
-                         f"{sig(d['round_static_trips'])}, the server's trips × {1 + d['server_inner_trips_per_trip']} "
+                         f"{sig(d['round_static_trips'])}, the server's trips "
+                         f"× {1 + d['server_inner_trips_per_trip']} "
                          f"(loops inside a QP step), evaluation {d['eval_trips']} every {d['eval_every']} rounds, "
                          f"train loss {d['train_loss_trips']} every {d['train_loss_every']}"))
         if "qp_ops_per_round" in d:
