@@ -402,4 +402,12 @@ mutate examples/scaffold.py 'dc = _map(lambda c, d: -c + d / (k * lr_t), broadca
   "$K -k scaffold_example"
 mutate examples/fednova.py '    tau_eff = jnp.sum(p * tau)' '    tau_eff = jnp.mean(tau)' \
   "contract: FedNova's tau_eff unweighted (item 9)" "$K -k fednova_example"
+# issue #29 items 2 and 3: evaluation vmapped over runs on the GPU path, one pivot permutation per QP step
+# (labels start with "gpushape")
+GS=tests/test_gpu_shape.py
+mutate fedalf_jax/sim/train.py '    return f if spec.client_map == "vmap" else per_run(f)' '    return per_run(f)' \
+  "gpushape: a sweep's evaluation mapped over its runs on the GPU path" "$GS -k evaluation"
+mutate fedalf_jax/sim/qp.py '  x = x + solve(Sf - jnp.matmul(M, x, precision=_HI))' \
+  '  x = x + jnp.linalg.solve(M, Sf - jnp.matmul(M, x, precision=_HI))' \
+  "gpushape: the QP step's refinement solves again (a second pivot permutation)" "$GS -k pivots"
 exit $status

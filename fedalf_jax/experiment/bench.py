@@ -496,6 +496,9 @@ def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12, progress=None,
         group = _Group([(cfg.replace(seed=cfg.seed + i, out=None), None) for i in range(width)])
         state, hp, data = group.inputs(list(range(width)))
         program = Program(group.spec, batched=True, data_axes=group.axes, run_map=group.run_map)
+        texts = {"chunk": program.compiled(rounds, state, hp, data).as_text(),
+                 "eval": program.compiled(0, state, hp, data).as_text(),
+                 "train_loss": program.compiled_train_loss(state, hp, data).as_text()}
         _, out = program(state, hp, data, rounds)
         del state
         trips = np.asarray(to_host(out.rounds["qp_iters"]), np.int64).reshape(width, rounds)
@@ -511,7 +514,54 @@ def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12, progress=None,
             "trips_per_run_round": float(np.median(per_round)) / width,
             "single_run_trips_median": float(np.median(trips)), "single_run_trips_max": int(trips.max()),
             "blocks_min": int(blocks.min()), "per_round": per_round.tolist(), "per_run": trips.tolist()}
+        res["widths"][str(width)].update(all_loops(texts, cfg, rounds, float(np.median(per_round)),
+                                                   K=_layers(group.spec), blocks=blocks, side_by_side=side_by_side))
     return res
+
+
+def _layers(spec) -> int:
+    """``K``: the layers of the fair direction (one QP each per merge step)."""
+    return max(int(i) for i in jax.tree_util.tree_leaves(spec.layer_of)) + 1
+
+
+def all_loops(texts: dict, cfg: Config, rounds: int, server_trips: float, *, K: int, blocks,
+              side_by_side: bool) -> dict:
+    """Every loop trip of a program round, read from the compiled programs' HLO (``texts``: the chunk of
+    ``rounds`` rounds with its evaluation, the evaluation alone, the train loss; :mod:`.hlo`), and the
+    QP's operations per active-set step and per round.
+
+    Loops of known trip count (``lax.scan``/``lax.map``: local SGD, the clients mapped, the runs mapped,
+    the evaluation's client chunks, the RNG's rolled rounds on CPU) are counted from the programs; the
+    fair direction's data-dependent loops (merge steps and QP solvers) by the program's own counter
+    (``server_trips`` per program round), each trip with the known-trip loops nested in it (the LU's
+    pivot permutation on CPU). The evaluation runs every ``eval_every`` rounds and the train loss every
+    ``train_loss_every``: their trips are spread over those rounds. ``qp_ops_per_round``: per round
+    the QP trips (``server_trips`` less the merge steps, ``1 + K − blocks`` per run) times the
+    active-set step's operations, plus each merge step's own operations (the QPs' set-up and checks).
+    """
+    from . import hlo
+    parsed = {k: hlo.computations(t) for k, t in texts.items()}
+    static = {k: hlo.static_trips(c, e) for k, (c, e) in parsed.items()}
+    comps, entry = parsed["chunk"]
+    dyn = hlo.dynamic_loops(comps, entry)
+    inner = max((hlo.inner_static_per_trip(comps, lp) for lp, _ in dyn), default=0)
+    round_static = (static["chunk"] - static["eval"]) / rounds
+    eval_every = max(1, min(cfg.eval_every, cfg.rounds))
+    per_round = (round_static + server_trips * (1 + inner) + static["eval"] / eval_every
+                 + static["train_loss"] / max(1, cfg.train_loss_every))
+    out = {"all_trips_per_round": per_round, "round_static_trips": round_static,
+           "server_inner_trips_per_trip": inner, "eval_trips": static["eval"], "eval_every": eval_every,
+           "train_loss_trips": static["train_loss"], "train_loss_every": cfg.train_loss_every}
+    active = hlo.find_loops(comps, entry, "qp_active_set")
+    if active:
+        step = max(hlo.ops(comps, lp.body) + hlo.ops(comps, lp.cond) for lp in active)
+        merge = [lp for lp, _ in dyn if hlo.find_loops(comps, lp.body, "qp_active_set")]
+        merge_ops = max((hlo.ops(comps, lp.body) + hlo.ops(comps, lp.cond) for lp in merge), default=0)
+        steps = 1 + K - np.asarray(blocks)  # [W, rounds]
+        steps = float(np.median(steps.max(0) if side_by_side else steps.sum(0)))
+        out.update({"qp_ops_per_step": step, "qp_merge_step_ops": merge_ops, "qp_merge_steps_per_round": steps,
+                    "qp_ops_per_round": (server_trips - steps) * step + steps * merge_ops})
+    return out
 
 
 # ---- the printed table (the JSON keeps every figure as measured) ----------------------------------------
@@ -590,6 +640,17 @@ def format_bench(res: dict) -> str:
                      f"(median of {depth['rounds']} rounds, max {d['trips_per_round_max']}; "
                      f"{sig(d['trips_per_run_round'])} per run); QP solver {depth['qp_method']}, "
                      f"runs {d['runs_share']}"))
+        if "all_trips_per_round" in d:
+            rows.append((f"all loops, W={w}", f"{sig(d['all_trips_per_round'])} trips/round",
+                         f"every loop trip of a program round from the compiled programs: the round's scans "
+                         f"{sig(d['round_static_trips'])}, the server's trips "
+                         f"× {1 + d['server_inner_trips_per_trip']} "
+                         f"(loops inside a QP step), evaluation {d['eval_trips']} every {d['eval_every']} rounds, "
+                         f"train loss {d['train_loss_trips']} every {d['train_loss_every']}"))
+        if "qp_ops_per_round" in d:
+            rows.append((f"QP ops, W={w}", f"{sig(d['qp_ops_per_round'])} ops/round",
+                         f"XLA ops (≈ kernels) of the compiled QP: {d['qp_ops_per_step']} per active-set step "
+                         f"(loops in it multiplied out), {d['qp_merge_step_ops']} per merge step"))
     return "\n".join([head] + (_rows(rows) if rows else []))
 
 

@@ -32,13 +32,19 @@ class ChunkOut(NamedTuple):
 
 
 def evaluate(spec: RoundSpec, variables, data: ClientData) -> EvalOut:
-    """Accuracy and loss of ``variables`` on every client's test split (once per run under ``vmap``:
-    each run's evaluation exactly as a single run's)."""
-    return EvalOut(*_per_run_eval(spec.model)(variables, data.x, data.y, data.test_idx, data.test_n))
+    """Accuracy and loss of ``variables`` on every client's test split. Under ``vmap`` over runs it is
+    mapped as the round's clients are (:func:`_eval`)."""
+    return EvalOut(*_eval(spec)(variables, data.x, data.y, data.test_idx, data.test_n))
 
 
-def _per_run_eval(model):
-    return per_run(lambda v, x, y, idx, n: evaluate_clients(model, v, x, y, idx, n))
+def _eval(spec: RoundSpec):
+    """The evaluation of every client (:func:`evaluate_clients`, a ``lax.map`` over chunks of clients).
+    Under ``jax.vmap`` over the runs of a sweep: with ``client_map="vmap"`` (the GPU's) batched like the
+    round, the runs' chunks side by side, so its loop trips do not grow with the sweep's width (mapped
+    per run, W runs made ``W·(1 + N/10)`` trips); with ``client_map="map"`` (the CPU's) once per run
+    (:func:`per_run`): each run's evaluation in a single run's shapes, as its clients are trained."""
+    f = lambda v, x, y, idx, n: evaluate_clients(spec.model, v, x, y, idx, n)  # noqa: E731
+    return f if spec.client_map == "vmap" else per_run(f)
 
 
 def train_losses(spec: RoundSpec, state: RunState, hp, data: ClientData):
@@ -46,7 +52,7 @@ def train_losses(spec: RoundSpec, state: RunState, hp, data: ClientData):
     every training sample (6× the test split on FMNIST), so the run loop makes it a program of its own
     and calls it on the ``train_loss_every`` cadence, not at every evaluation."""
     del hp
-    return _per_run_eval(spec.model)(state.variables, data.x, data.y, data.train_idx, data.train_n)[1]
+    return _eval(spec)(state.variables, data.x, data.y, data.train_idx, data.train_n)[1]
 
 
 def make_chunk(spec: RoundSpec, length: int):
