@@ -151,7 +151,9 @@ class Progress:
             with self._lock:
                 self._bar.set_postfix(kw, refresh=True)
 
-    def close(self) -> None:
+    def close(self, *, failed: bool = False) -> None:
+        """End the bar; ``failed``: the command stops with an error, so the bar's line is erased (on a
+        terminal) and the error is the one line left."""
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join()
@@ -159,6 +161,8 @@ class Progress:
             with self._lock:
                 self._stages.clear()
                 self._bar.set_description(self._desc, refresh=False)
+                if failed:
+                    self._bar.leave = False
                 self._bar.close()
 
 

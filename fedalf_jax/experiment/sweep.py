@@ -305,7 +305,10 @@ def remove_sweep(out: str | Path) -> None:
 def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compress=None,
             bar: Optional[Progress] = None) -> list[dict]:
     own = bar is None  # else sweep()'s, which showed its planning stages
+    if own:
+        read_sweep(root)  # a damaged or hostile sweep.json is refused in one line, before any bar is drawn
     bar = Progress(None, enabled=progress, desc="fedalf sweep") if own else bar  # stages shown from the start
+    failed = True
     try:
         with bar.stage("loading the runs"):
             plans, entries, total = _plan_calls(root, chunk=chunk, shard=shard, rounds=rounds, programs=programs,
@@ -315,9 +318,10 @@ def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compre
         bar.set_total(sum(g.remaining for g in plans))
         for group in plans:
             group.run(bar, state)
+        failed = False
     finally:
         if own:
-            bar.close()
+            bar.close(failed=failed)
     return results(root)
 
 
