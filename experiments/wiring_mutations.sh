@@ -402,4 +402,13 @@ mutate examples/scaffold.py 'dc = _map(lambda c, d: -c + d / (k * lr_t), broadca
   "$K -k scaffold_example"
 mutate examples/fednova.py '    tau_eff = jnp.sum(p * tau)' '    tau_eff = jnp.mean(tau)' \
   "contract: FedNova's tau_eff unweighted (item 9)" "$K -k fednova_example"
+# issue #29 item 1: the clients' losses and FedLF's full gradient in batch-sized chunks (labels start with "speed")
+K=tests/test_speed.py
+mutate fedalf_jax/sim/client.py '    return jnp.sum(jnp.where(mask, ce, 0.0))' '    return jnp.sum(ce)' \
+  "speed: the chunk mask dropped, padded rows counted in f_i" "$K"
+mutate fedalf_jax/sim/client.py '    mask = (jnp.arange(padded) < n).reshape(steps, chunk)' \
+  '    mask = (jnp.arange(padded) < length).reshape(steps, chunk)' \
+  "speed: the chunk mask counts the row's padding up to its length" "$K"
+mutate fedalf_jax/sim/client.py '    return total / jnp.maximum(jnp.asarray(n, jnp.float32), 1.0)' \
+  '    return total / jnp.asarray(rows.size, jnp.float32)' "speed: f_i divided by the padded length, not n" "$K"
 exit $status
