@@ -410,4 +410,13 @@ mutate fedalf_jax/sim/train.py '    return f if spec.client_map == "vmap" else p
 mutate fedalf_jax/sim/qp.py '  x = x + solve(Sf - jnp.matmul(M, x, precision=_HI))' \
   '  x = x + jnp.linalg.solve(M, Sf - jnp.matmul(M, x, precision=_HI))' \
   "gpushape: the QP step's refinement solves again (a second pivot permutation)" "$GS -k pivots"
+# issue #29 item 1: the clients' losses and FedLF's full gradient in batch-sized chunks (labels start with "speed")
+K=tests/test_speed.py
+mutate fedalf_jax/sim/client.py '    return jnp.sum(jnp.where(mask, ce, 0.0))' '    return jnp.sum(ce)' \
+  "speed: the chunk mask dropped, padded rows counted in f_i" "$K"
+mutate fedalf_jax/sim/client.py '    mask = (jnp.arange(padded) < n).reshape(steps, chunk)' \
+  '    mask = (jnp.arange(padded) < length).reshape(steps, chunk)' \
+  "speed: the chunk mask counts the row's padding up to its length" "$K"
+mutate fedalf_jax/sim/client.py '    return total / jnp.maximum(jnp.asarray(n, jnp.float32), 1.0)' \
+  '    return total / jnp.asarray(rows.size, jnp.float32)' "speed: f_i divided by the padded length, not n" "$K"
 exit $status
