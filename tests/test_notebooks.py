@@ -60,9 +60,16 @@ def _text(nb) -> str:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        # a cell's stdout and stderr each as one text: the kernel may flush one print in several stream
+        # outputs (a loaded machine), which joined by newlines would cut a printed line in two
+        streams = {}
         for out in cell.get("outputs", []):
             if out.output_type == "stream":
-                parts.append(out.text)
+                streams[out.name] = streams.get(out.name, "") + out.text
+        parts.extend(streams.values())
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                continue
             elif out.output_type in ("execute_result", "display_data"):
                 parts.append(out.get("data", {}).get("text/plain", ""))
             elif out.output_type == "error":
