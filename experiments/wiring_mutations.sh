@@ -366,6 +366,10 @@ mutate fedalf_jax/experiment/config.py '        out.update(lr="client_grad=full"
   "dedupe: FedLF client_grad=full said to read --lr" "$D -k distinct"
 mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
   "dedupe: the sweep runs every combination" "$D -k ignored_lr"
+mutate fedalf_jax/experiment/config.py '    if partition != "dirichlet":' '    if False:' \
+  "dedupe: pat1 runs differing only in --alpha run twice" "$D -k partition_ignores"
+mutate fedalf_jax/experiment/report.py '    out |= set(partition_ignores(cfg.get("partition", "pat1")))' '    pass' \
+  "dedupe: the report names a pat1 variant by its unread alpha" "tests/test_report.py -k variant_names"
 mutate fedalf_jax/cli.py '                   for cs in (S.distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
   "dedupe: --resume with the options refuses a sweep.json of distinct runs" "$D -k ignored_lr"
 mutate fedalf_jax/experiment/sweep.py "            with bar.stage(f\"planning {len(configs)} run{'s' if len(configs) != 1 else ''}\"):" \

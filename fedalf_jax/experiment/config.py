@@ -118,14 +118,26 @@ USED_BY = {
 }
 
 
+def partition_ignores(partition: str) -> dict[str, str]:
+    """The data options ``partition`` never reads, each with its condition: ``alpha`` outside ``dirichlet``,
+    ``assign`` outside ``pat1``/``pat2`` (:func:`fedalf_jax.problem.partitions.make_partition`)."""
+    out = {}
+    if partition != "dirichlet":
+        out["alpha"] = f"partition={partition}"
+    if partition not in ("pat1", "pat2"):
+        out["assign"] = f"partition={partition}"
+    return out
+
+
 def ignored_options(cfg: "Config") -> dict[str, str]:
     """The options ``cfg``'s run never reads, each with the condition that makes it so ("" when its
     algorithm never reads it): runs of a built-in algorithm that differ only in these compute the same
-    trajectory bit for bit. A user's algorithm reads ``HParams`` as it likes: nothing is known ignored."""
+    trajectory bit for bit. A user's algorithm reads ``HParams`` as it likes: of its options only the
+    partition's (:func:`partition_ignores`) are known ignored."""
     algo = cfg.algorithm
     if algo not in ALGORITHMS:
-        return {}
-    out = {k: "" for k, users in USED_BY.items() if algo not in users}
+        return partition_ignores(cfg.partition)
+    out = {**partition_ignores(cfg.partition), **{k: "" for k, users in USED_BY.items() if algo not in users}}
     if algo == "fedlf" and cfg.client_grad == "full":  # no local training: the client sends ∇f_i(θ_t)
         out.update(lr="client_grad=full", lr_decay="client_grad=full")
     if algo == "qfedavg":  # its step is set by its h_i (dp central, whose noise reads η_g, refuses qfedavg)

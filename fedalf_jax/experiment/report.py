@@ -86,7 +86,8 @@ from typing import Iterable, NamedTuple, Optional
 
 import numpy as np
 
-from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError, privacy_guarantee
+from .config import (ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError, partition_ignores,
+                     privacy_guarantee)
 from .rundir import METRICS, RunDir, columns_of_file, find_runs, metric_columns
 from .writers import DamagedFile, read_csv_rows
 
@@ -190,6 +191,7 @@ def _unused(cfg: dict, eta: Optional[str] = None) -> set:
     the run's η option (default :func:`eta_option`)."""
     algo = cfg["algorithm"]
     out = {k for k, users in _USED_BY.items() if algo not in users}
+    out |= set(partition_ignores(cfg.get("partition", "pat1")))  # alpha outside dirichlet, assign outside pat*
     out.add(eta or eta_option(cfg))
     if algo == "qfedavg":
         out.add("server_lr")
