@@ -128,6 +128,7 @@ def test_config_json_and_the_identity_record_the_resolved_values(tmp_path):
     same = _cfg(ADAM, rounds=1, hp={"beta1": 0.5, "tau": 0.001})
     assert same.identity() == _cfg(ADAM, rounds=1, hp={"beta1": 0.5}).identity()
     assert _cfg(ADAM, rounds=1).identity()["hp"] == {"beta1": 0.9, "beta2": 0.99, "tau": 0.001}
+    assert hash(same) == hash(_cfg(ADAM, rounds=1, hp={"tau": 0.001, "beta1": 0.5}))  # a Config stays hashable
 
 
 def test_builtins_have_no_own_hyperparameters_and_unchanged_files():

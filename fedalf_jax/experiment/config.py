@@ -230,6 +230,10 @@ class Config:
         self.validated()  # Config(...) itself refuses bad values, with the one-line message
         object.__setattr__(self, "hp", {k: float(v) for k, v in self.hp.items()})  # a copy, of floats
 
+    def __hash__(self):  # hashable as before hp (a dict) was an option: hp by its sorted items
+        return hash(tuple((f.name, tuple(sorted(self.hp.items())) if f.name == "hp" else getattr(self, f.name))
+                          for f in dataclasses.fields(self)))
+
     # ---- derived values -------------------------------------------------------------
     @property
     def private(self) -> bool:

@@ -1,8 +1,9 @@
 """``fedalf sweep``: many runs, one compiled program per discrete combination.
 
 Runs that differ only in their seed and continuous hyper-parameters (``config.CONTINUOUS``: lr, ρ,
-μ, q, ε, ...) share a round spec; they run as ``jax.vmap`` of the run loop's chunk over a leading run
-axis, ``chunk`` runs per program call (``--sweep-chunk``). The data pool sits on the device once; each
+μ, q, ε, ...; and the algorithm's own, ``Config.hp``, a grid key ``hp.NAME``) share a round spec; they
+run as ``jax.vmap`` of the run loop's chunk over a leading run axis, ``chunk`` runs per program call
+(``--sweep-chunk``). The data pool sits on the device once; each
 run has its own index rows (its seed's partition), padded to one length, its own state and its own
 hyper-parameters. Each discrete combination (algorithm, partition, model, privacy mechanism, ...) is
 its own program.
