@@ -214,6 +214,18 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     return SweepResult(root, [load(root / e["dir"]) for e in entries], [e["name"] for e in entries])
 
 
+def client_splits(cfg: Optional[Config] = None, /, **options) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each client's ``(train_idx, test_idx)``: int64 indices into the data set's pooled examples
+    ``concat(train, test)`` (the pool the run trains and evaluates on: ``x_pool[train_idx]`` are client
+    ``i``'s training examples), for ``cfg`` (or ``Config(**options)``; options override ``cfg``'s), exactly as
+    its run partitions them (``--partition``, ``--seed``, ...; ``given``: a registered data set's own lists,
+    the test lists offset by its number of train examples). Loads the data, builds no model."""
+    from .experiment.build import client_rows, load_pool
+    cfg = _config(cfg, options)
+    part = client_rows(cfg, load_pool(cfg)).partition
+    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64)) for tr, te in zip(part.train_idx, part.test_idx)]
+
+
 def report(paths: str | Path | Sequence[str | Path], out: str | Path, *, last: int = 5) -> dict:
     """``fedalf report``: tables (mean ± std over seeds) and figures of the runs under ``paths``, written to
     ``out`` (report.md, table.csv, figures/); returns what was written (paths, notes) and ``table``, the
