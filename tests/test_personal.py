@@ -126,14 +126,14 @@ def test_builtins_have_no_personal_columns(tmp_path):
 
 # ---- local start and local optimiser --------------------------------------------------------------
 
-def _fedavg_by_hand(rounds, lr, glr, step, start=lambda theta: theta):
-    """FedAvg with client i's τ_i local steps ``step(w, g, state, k) -> (w, state)`` from ``start(θ)``."""
+def _fedavg_by_hand(rounds, lr, glr, step, start=lambda theta: theta, epochs=1):
+    """FedAvg with client i's epochs·τ_i local steps ``step(w, g, state, k) -> (w, state)`` from ``start(θ)``."""
     theta = np.zeros(3)
     for _ in range(rounds):
         ws = []
         for i in range(3):
             w, st = start(theta).copy(), None
-            for k in range(1, TAU[i] + 1):
+            for k in range(1, epochs * TAU[i] + 1):
                 w, st = step(w, _grad(w, i), st, k)
             ws.append(w)
         theta = theta - glr * sum(P[i] * (theta - ws[i]) for i in range(3))
@@ -156,19 +156,21 @@ def _adam(lr, b1=0.9, b2=0.999, eps=1e-8):
     return step
 
 
-@pytest.mark.parametrize("name, opts, step, atol", [
-    ("momentum", {"beta": 0.7}, _momentum(0.5, 0.7), 3e-6),
-    ("adam", {"b1": 0.8}, _adam(0.5, b1=0.8), 2e-5),  # optax: 1 − β₂ᵏ in float32 is off by 1.3e-5
-    ("sgd", {}, lambda w, g, st, k: (w - 0.5 * g, None), 3e-6),
+@pytest.mark.parametrize("name, opts, step, epochs, atol", [
+    ("momentum", {"beta": 0.7}, _momentum(0.5, 0.7), 1, 3e-6),
+    # two epochs: a client's steps past its examples (client 1: 2 of 3 per epoch) leave the momentum as it was
+    ("momentum", {"beta": 0.7}, _momentum(0.5, 0.7), 2, 3e-6),
+    ("adam", {"b1": 0.8}, _adam(0.5, b1=0.8), 1, 2e-5),  # optax: 1 − β₂ᵏ in float32 is off by 1.3e-5
+    ("sgd", {}, lambda w, g, st, k: (w - 0.5 * g, None), 1, 3e-6),
 ])
-def test_local_optimizer_steps_match_numpy(name, opts, step, atol):
+def test_local_optimizer_steps_match_numpy(name, opts, step, epochs, atol):
     """Two rounds of FedAvg whose clients step with an optax optimiser (its state afresh each round)."""
     alg = dataclasses.replace(fj.algorithms.fedavg(), name=f"fedavg_{name}", local_optimizer=fj.local_optimizer(name, **opts))
     fj.register_algorithm(f"fedavg_{name}", lambda: alg)
-    res = fj.run(_cfg(f"fedavg_{name}", lr=0.5, server_lr=0.8), progress=False)
-    np.testing.assert_allclose(np.asarray(res.model["params"]["b"]), _fedavg_by_hand(2, 0.5, 0.8, step),
+    res = fj.run(_cfg(f"fedavg_{name}", lr=0.5, server_lr=0.8, local_epochs=epochs), progress=False)
+    np.testing.assert_allclose(np.asarray(res.model["params"]["b"]), _fedavg_by_hand(2, 0.5, 0.8, step, epochs=epochs),
                                rtol=0, atol=atol)
-    plain = _fedavg_by_hand(2, 0.5, 0.8, lambda w, g, st, k: (w - 0.5 * g, None))
+    plain = _fedavg_by_hand(2, 0.5, 0.8, lambda w, g, st, k: (w - 0.5 * g, None), epochs=epochs)
     assert (name == "sgd") == bool(np.abs(plain - np.asarray(res.model["params"]["b"])).max() < 1e-5)
 
 

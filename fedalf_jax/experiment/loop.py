@@ -342,8 +342,8 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         variables0, duals0 = variables0
 
         def work():
-            at0 = state._replace(variables=variables0) if duals0 is None else state._replace(variables=variables0,
-                                                                                              duals=duals0)
+            at0 = state._replace(variables=variables0)
+            at0 = at0 if duals0 is None else at0._replace(duals=duals0)
             st, out = program(at0, hp, data, 0)
             tl = program.train_loss(st, hp, data)
             st = st._replace(variables=state.variables)

@@ -174,11 +174,16 @@ def evaluate_clients(model, variables, x_pool, y_pool, idx, n, *, batch_size: in
 
     def one(args):
         ci, cn = args
-        mask = jnp.arange(ci.shape[0]) < cn
-        loss, (_, correct) = masked_loss(model, params, stats, x_pool[ci], y_pool[ci], mask, train=False)
-        return correct / jnp.maximum(cn, 1), loss
+        return _acc_loss(model, params, stats, x_pool, y_pool, ci, cn)
 
     return jax.lax.map(one, (idx, n), batch_size=batch_size)
+
+
+def _acc_loss(model, params, stats, x_pool, y_pool, ci, cn):
+    """Accuracy and mean loss of ``params`` on one client's (padded) split ``ci`` of ``cn`` examples."""
+    mask = jnp.arange(ci.shape[0]) < cn
+    loss, (_, correct) = masked_loss(model, params, stats, x_pool[ci], y_pool[ci], mask, train=False)
+    return correct / jnp.maximum(cn, 1), loss
 
 
 def evaluate_own_models(model, stats, params_of, states, x_pool, y_pool, idx, n, *, batch_size: int = 10):
@@ -187,8 +192,6 @@ def evaluate_own_models(model, stats, params_of, states, x_pool, y_pool, idx, n,
     every model uses, or None). Processed like :func:`evaluate_clients`."""
     def one(args):
         st, ci, cn = args
-        mask = jnp.arange(ci.shape[0]) < cn
-        loss, (_, correct) = masked_loss(model, params_of(st), stats, x_pool[ci], y_pool[ci], mask, train=False)
-        return correct / jnp.maximum(cn, 1), loss
+        return _acc_loss(model, params_of(st), stats, x_pool, y_pool, ci, cn)
 
     return jax.lax.map(one, (states, idx, n), batch_size=batch_size)

@@ -62,7 +62,7 @@ def _eval_personal(spec: RoundSpec):
             st = jax.tree_util.tree_map(lambda s, l: s.astype(l.dtype), st, like)
             return C.check_params(alg, "personal_model", alg.personal_model(st), theta, dtypes=False)
         return evaluate_own_models(spec.model, variables.get("batch_stats"), params_of, states, x, y, idx, n)
-    return f if spec.client_map == "vmap" else per_run(f)
+    return _over_runs(spec, f)
 
 
 def _eval(spec: RoundSpec):
@@ -72,6 +72,11 @@ def _eval(spec: RoundSpec):
     per run, W runs made ``W·(1 + N/10)`` trips); with ``client_map="map"`` (the CPU's) once per run
     (:func:`per_run`): each run's evaluation in a single run's shapes, as its clients are trained."""
     f = lambda v, x, y, idx, n: evaluate_clients(spec.model, v, x, y, idx, n)  # noqa: E731
+    return _over_runs(spec, f)
+
+
+def _over_runs(spec: RoundSpec, f):
+    """``f`` batched over a sweep's runs with ``client_map="vmap"``, mapped once per run with ``"map"``."""
     return f if spec.client_map == "vmap" else per_run(f)
 
 
