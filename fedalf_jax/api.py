@@ -155,12 +155,15 @@ class SweepResult:
     def table(self):
         import pandas as pd
         varied = self.varied
+        final = ("mean_acc", "angle_deg", "worst10_acc")
+        if any("personal_acc" in r.final for r in self.runs):  # each client's own model, beside the global one
+            final += ("personal_acc", "personal_angle_deg")
         rows = []
         for name, r in zip(self.names, self.runs):
             opts = r.config.to_dict()
             rows.append({"run": name, "algorithm": r.config.algorithm, "seed": r.config.seed,
                          **{k: opts[k] for k in varied}, "status": r.status,
-                         **{k: r.final.get(k) for k in ("mean_acc", "angle_deg", "worst10_acc")}})
+                         **{k: r.final.get(k) for k in final}})
         return pd.DataFrame(rows)
 
     def __getitem__(self, i):

@@ -106,6 +106,7 @@ def test_ditto_resumes_exactly_and_runs_in_a_sweep(tmp_path):
     sw = fj.sweep(_cfg("examples.ditto:ditto", **kw), out=tmp_path / "s", grid={"mu": [0.3, 0.0]}, progress=False)
     np.testing.assert_allclose(sw[0].metrics[cols].to_numpy(), whole.metrics[cols].to_numpy(), atol=1e-6)
     assert sw[1].metrics["personal_test_loss"].iloc[-1] < sw[0].metrics["personal_test_loss"].iloc[-1]  # λ = 0: fits f_i
+    assert sw.table["personal_acc"].tolist() == [1.0, 1.0] and "personal_angle_deg" in sw.table
 
 
 def test_ditto_with_bfloat16_states_evaluates_them_in_float32():
