@@ -402,6 +402,13 @@ mutate examples/scaffold.py 'dc = _map(lambda c, d: -c + d / (k * lr_t), broadca
   "$K -k scaffold_example"
 mutate examples/fednova.py '    tau_eff = jnp.sum(p * tau)' '    tau_eff = jnp.mean(tau)' \
   "contract: FedNova's tau_eff unweighted (item 9)" "$K -k fednova_example"
+R=tests/test_reexpressed.py  # the built-ins re-expressed through the public API (examples/builtins.py)
+mutate examples/builtins.py '    return _step(s.theta, s.deltas, jnp.full((m,), 1.0 / m), s.server_lr_t), s.sstate, {}' \
+  '    return _step(s.theta, s.deltas, s.weights, s.server_lr_t), s.sstate, {}' \
+  "contract: the re-expressed FedADMM's server weighs by n_i (item 9)" "$R -k fedadmm-none"
+mutate examples/builtins.py '    new_dual = _map(lambda l, x, t: l + (x - t) * hp.rho, dual, w, theta)' \
+  '    new_dual = _map(lambda l, x, t: l + (x - t) * hp.rho, dual, w_tilde, theta)' \
+  "contract: the re-expressed FedADMM's dual from the perturbed model (item 9)" "$R -k fedadmm-adaptive"
 # issue #29 items 2 and 3: evaluation vmapped over runs on the GPU path, one pivot permutation per QP step
 # (labels start with "gpushape")
 GS=tests/test_gpu_shape.py
