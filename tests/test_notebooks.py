@@ -149,8 +149,10 @@ def test_explore_runs_shows_personalised_models_beside_the_global_one(run_notebo
     fj.run(_cfg("examples.ditto:ditto", lr=0.5, server_lr=0.8, mu=0.3, out=str(out)), progress=False)
     monkeypatch.setenv("FEDALF_RUNS", str(tmp_path / "mine"))
     nb, text = run_notebook("explore_runs.ipynb")
-    header = next(line for line in text.splitlines() if "personal_acc" in line and "global_acc" in line).split()
-    row = next(line for line in text.splitlines() if line.startswith("ditto ")).split()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "personal_acc" in line and "global_acc" in line)
+    header = lines[at].split()
+    row = next(line for line in lines[at:] if line.startswith("ditto ")).split()
     got = dict(zip(header, row[1:]))
     m = fj.load(out).metrics.iloc[-1]
     assert got["algorithm"] == "examples.ditto:ditto" and int(got["round"]) == 2
