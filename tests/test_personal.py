@@ -268,3 +268,12 @@ def test_client_splits_are_the_run_clients(tmp_path, partition):
         for idx, counts in ((tr, c["train_counts"]), (te, c["test_counts"])):
             got = dict(zip(*np.unique(y[idx], return_counts=True)))
             assert {str(int(k)): int(v) for k, v in got.items()} == {str(k): v for k, v in counts.items()}
+
+
+def test_the_new_names_are_public_and_documented():
+    for name in ("Personal", "local_optimizer", "client_splits"):
+        assert name in fj.__all__ and getattr(fj, name).__doc__
+    for field in ("local_start", "local_optimizer", "personal", "personal_model"):
+        assert fj.Algorithm.__dataclass_fields__[field].default is None and field in fj.Algorithm.__doc__
+    doc = (ROOT / "docs" / "extending.md").read_text()
+    assert "examples/ditto.py" in doc and "fj.client_splits" in doc and "personal_angle_deg" in doc
