@@ -366,6 +366,10 @@ mutate fedalf_jax/experiment/config.py '        out.update(lr="client_grad=full"
   "dedupe: FedLF client_grad=full said to read --lr" "$D -k distinct"
 mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
   "dedupe: the sweep runs every combination" "$D -k ignored_lr"
+mutate fedalf_jax/experiment/config.py '    if partition != "dirichlet":' '    if False:' \
+  "dedupe: pat1 runs differing only in --alpha run twice" "$D -k partition_ignores"
+mutate fedalf_jax/experiment/report.py '    out |= set(partition_ignores(cfg.get("partition", "pat1")))' '    pass' \
+  "dedupe: the report names a pat1 variant by its unread alpha" "tests/test_report.py -k variant_names"
 mutate fedalf_jax/cli.py '                   for cs in (S.distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
   "dedupe: --resume with the options refuses a sweep.json of distinct runs" "$D -k ignored_lr"
 mutate fedalf_jax/experiment/sweep.py "            with bar.stage(f\"planning {len(configs)} run{'s' if len(configs) != 1 else ''}\"):" \
@@ -426,6 +430,32 @@ mutate fedalf_jax/sim/client.py '    mask = (jnp.arange(padded) < n).reshape(ste
   "speed: the chunk mask counts the row's padding up to its length" "$K"
 mutate fedalf_jax/sim/client.py '    return total / jnp.maximum(jnp.asarray(n, jnp.float32), 1.0)' \
   '    return total / jnp.asarray(rows.size, jnp.float32)' "speed: f_i divided by the padded length, not n" "$K"
+# issue #28 item 6: an algorithm's own hyper-parameters, traced (labels start with "ownhp"), tests/test_own_hparams.py
+OH=tests/test_own_hparams.py
+mutate fedalf_jax/experiment/config.py '        d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING}' \
+  '        d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING and k != "hp"}' \
+  "ownhp: the own hyper-parameters left out of the run's identity" "$OH -k resume_refuses"
+mutate fedalf_jax/experiment/config.py '        hp = self.resolved_hp
+        if hp:' '        hp = self.hp
+        if hp:' "ownhp: config.json records the values given, not the resolved ones" "$OH -k config_json"
+mutate fedalf_jax/experiment/build.py 'A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})' \
+  'A.OwnHParams({k: f(v) for k, v in cfg.declared_hp.items()})' \
+  "ownhp: the declared defaults reach the round, not the values set" "$OH -k by_hand"
+mutate fedalf_jax/experiment/sweep.py '    d.pop("hp", None)  # the algorithm' '    pass  # the algorithm' \
+  "ownhp: a sweep over an own hyper-parameter compiles one program per value" "$OH -k one_program"
+mutate fedalf_jax/experiment/sweep.py '                parts.append(f"{k[3:]}-{v:g}")' '                pass' \
+  "ownhp: the run names leave out the varied own hyper-parameter" "$OH -k one_program"
+mutate fedalf_jax/api.py '            opts = flat_options(r.config.to_dict())' '            opts = r.config.to_dict()' \
+  "ownhp: the sweep table's own hyper-parameter columns empty" "$OH -k one_program"
+mutate fedalf_jax/experiment/report.py "[f\"{k[3:] if k.startswith('hp.') else k}={_fmt_value(v)}\"" \
+  '[f"{k}={_fmt_value(v)}"' "ownhp: the report labels an own hyper-parameter hp.NAME" "$OH -k one_program"
+mutate fedalf_jax/cli.py '            hp = {**saved.get("hp", {}), **base.get("hp", {}), **given.get("hp", {})}' \
+  '            hp = {**base.get("hp", {}), **given.get("hp", {})}' \
+  "ownhp: run --resume --hp a=1 resets the run's other own values to their defaults" "$OH -k cli_sets"
+mutate examples/fedadam.py 'vv - (1.0 - b2) * dd * dd * jnp.sign(vv - dd * dd)' 'vv + (1.0 - b2) * dd * dd * jnp.sign(vv - dd * dd)' \
+  "ownhp: FedYogi's second moment with the sign flipped" "$OH -k by_hand"
+mutate examples/fedadam.py 'jnp.where(s.t == 0, jnp.square(tau).astype(x.dtype), x)' 'x' \
+  "ownhp: FedAdam's v starts at 0, not tau^2" "$OH -k by_hand"
 # issue #28 items 4, 5 and 9's Ditto: local training the algorithm controls, personalised evaluation, the clients'
 # index lists (labels start with "personal")
 PT=tests/test_personal.py

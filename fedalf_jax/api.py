@@ -137,7 +137,8 @@ def load(run_dir: str | Path) -> Result:
 class SweepResult:
     """A sweep's runs (``runs``, each a :class:`Result`), its folder, and ``table``: one row per run with
     its name, algorithm and seed, a column for every other option whose value varies across the runs
-    (e.g. ``server_lr``), its status and its final metrics."""
+    (e.g. ``server_lr``; ``hp.beta1`` for an algorithm's own hyper-parameter), its status and its final
+    metrics."""
 
     out: Path
     runs: list
@@ -146,23 +147,25 @@ class SweepResult:
     @property
     def varied(self) -> list:
         """The options (besides ``algorithm`` and ``seed``) whose values differ between the runs, in
-        :class:`Config`'s order."""
-        dicts = [r.config.to_dict() for r in self.runs]
-        keys = [k for k in (dicts[0] if dicts else {}) if k not in ("algorithm", "seed", "out")]
+        :class:`Config`'s order; an algorithm's own hyper-parameter as ``hp.NAME``."""
+        from .experiment.config import flat_options
+        dicts = [flat_options(r.config.to_dict()) for r in self.runs]
+        keys = [k for k in dict.fromkeys(k for d in dicts for k in d) if k not in ("algorithm", "seed", "out")]
         return [k for k in keys if len({repr(d.get(k)) for d in dicts}) > 1]
 
     @property
     def table(self):
         import pandas as pd
+        from .experiment.config import flat_options
         varied = self.varied
         final = ("mean_acc", "angle_deg", "worst10_acc")
         if any("personal_acc" in r.final for r in self.runs):  # each client's own model, beside the global one
             final += ("personal_acc", "personal_angle_deg")
         rows = []
         for name, r in zip(self.names, self.runs):
-            opts = r.config.to_dict()
+            opts = flat_options(r.config.to_dict())
             rows.append({"run": name, "algorithm": r.config.algorithm, "seed": r.config.seed,
-                         **{k: opts[k] for k in varied}, "status": r.status,
+                         **{k: opts.get(k) for k in varied}, "status": r.status,
                          **{k: r.final.get(k) for k in final}})
         return pd.DataFrame(rows)
 
@@ -181,7 +184,9 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
           overwrite: bool = False, **options) -> SweepResult:
     """Run ``cfg`` (or ``Config(**options)``) for every combination of ``grid`` (option name → list of
     values) and every seed, as vmapped programs, into run directories under ``out`` (one per run). E.g.
-    ``fj.sweep(cfg, out="runs/s", grid={"algorithm": ["fedavg", "fedalf"]}, seeds=[0, 1, 2])``.
+    ``fj.sweep(cfg, out="runs/s", grid={"algorithm": ["fedavg", "fedalf"]}, seeds=[0, 1, 2])``. The key
+    ``"hp.NAME"`` varies the algorithm's own hyper-parameter ``NAME`` (``grid={"hp.beta1": [0.9, 0.99]}``):
+    traced like ``lr``, its values run in one program.
 
     A folder that already holds a sweep is refused unless ``resume=True`` (the same call again: its
     unfinished runs are finished, its finished ones read back; the options must describe the same runs),
@@ -191,8 +196,9 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
         raise ConfigError("resume=True continues the sweep in out and overwrite=True replaces it; choose one")
     cfg = _config(cfg, options)
     base = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "out")}
+    base["hp"] = dict(cfg.hp)  # the values given, not the defaults: a grid over algorithms fills in each one's own
     grid = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (grid or {}).items()}
-    unknown = sorted(set(grid) - set(base))
+    unknown = sorted(k for k in set(grid) - set(base) if not (isinstance(k, str) and k.startswith("hp.")))
     if unknown:
         raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
     configs = S.expand(base, grid, list(seeds))

@@ -96,7 +96,12 @@ _HELP = {
           "DP-FedAvg (each upload clipped to --clip, the server adds noise calibrated so the whole run is "
           "(--epsilon, --delta)-DP; fedalf/fedlf need --history off); none",
     "seed": "run seed (data partition, sampling, initialisation, noise)",
+    "hp": "the algorithm's own hyper-parameters, NAME=VALUE (repeatable; e.g. --hp beta1=0.9 beta2=0.99): the names "
+          "its Algorithm(hparams=...) declares, traced like --lr (default: the algorithm's declared values)",
 }
+_HP_SWEEP = ("the algorithm's own hyper-parameters, NAME=VALUE[,VALUE...] (repeatable; e.g. --hp beta1=0.9,0.99 "
+             "beta2=0.99): each name's values are swept in one program like --lr (default: the algorithm's "
+             "declared values)")
 
 
 _CTRL_C = ("Ctrl-C: the rounds in flight finish, then the metrics and a checkpoint of the last round are "
@@ -176,6 +181,9 @@ def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False, skip: 
     for f in dataclasses.fields(Config):
         if (multi and f.name in ("seed", "out")) or f.name in skip:
             continue
+        if f.name == "hp":
+            _hp_flag(p, multi, helps.get("hp") or (_HP_SWEEP if multi else _HELP["hp"]))
+            continue
         flag = "--" + f.name.replace("_", "-")
         t = hints[f.name]
         base = next((a for a in typing.get_args(t) if a is not type(None)), t)
@@ -196,9 +204,41 @@ def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False, skip: 
         p.add_argument(flag, **kw)
 
 
+def _hp_value(text: str, *, many: bool):
+    """``--hp NAME=VALUE`` (``many``: ``NAME=VALUE[,VALUE...]``) -> ``(NAME, value or [values])``."""
+    name, eq, values = text.partition("=")
+    name = name.strip()
+    if not eq or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (e.g. beta1=0.9), got {text!r}")
+    parts = values.split(",") if many else [values]
+    out = []
+    for v in parts:
+        try:
+            out.append(float(v))
+        except ValueError:
+            why = " (several values: fedalf sweep)" if "," in v and not many else ""
+            raise argparse.ArgumentTypeError(f"{name}: {v.strip()!r} is not a number{why}") from None
+    return name, out if many else out[0]
+
+
+def _hp_flag(p: argparse.ArgumentParser, multi: bool, text: str) -> None:
+    p.add_argument("--hp", dest="hp", nargs="+", action="extend", default=None, metavar="NAME=VALUE",
+                   type=lambda t: _hp_value(t, many=multi), help=text.replace("%", "%%"))
+
+
 def _given(args: argparse.Namespace) -> dict:
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
-            if getattr(args, f.name, None) is not None}
+    out = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
+           if getattr(args, f.name, None) is not None}
+    if "hp" in out:  # [(name, value)], or [(name, [values])] for fedalf sweep
+        pairs, out["hp"] = out["hp"], {}
+        for name, v in pairs:
+            if isinstance(v, list):
+                out["hp"].setdefault(name, []).extend(v)
+            elif name in out["hp"]:
+                raise ConfigError(f"--hp {name} is given twice; give each name once (several values: fedalf sweep)")
+            else:
+                out["hp"][name] = v
+    return out
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -214,11 +254,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
         rd = RunDir(args.out)
         if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
             saved = rd.config_dict()
-            want = Config.from_dict({**saved, **base, **given})
+            hp = {**saved.get("hp", {}), **base.get("hp", {}), **given.get("hp", {})}  # --hp a=1 leaves b as it ran
+            want = Config.from_dict({**saved, **base, **given, **({"hp": hp} if hp else {})})
             old = Config.from_dict(saved)  # an option newer than the run: its default
             # resolved values, as the checkpoint's identity compares them: --rho 0.01 is fedalf's default
             options = {f.name for f in dataclasses.fields(Config)}  # (derived entries follow their options)
             changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]
+            if "hp" in changed:  # name the hyper-parameters: --hp beta1 (0.9 there, 0.5 given)
+                was, now = old.resolved_hp, want.resolved_hp
+                changed[changed.index("hp")] = ", ".join(
+                    f"--hp {k} ({was[k]:g} there, {now[k]:g} given)" for k in now if was.get(k) != now[k])
             if changed:
                 raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds, "
                                   f"the cadences, --log and --data-dir may change, not {', '.join(changed)}")
@@ -389,6 +434,7 @@ def _cmd_sweep(args) -> int:
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
     given = _given(args)
     given.pop("out", None)  # the sweep's folder, not a run option
+    given.update({f"hp.{k}": v for k, v in given.pop("hp", {}).items()})  # one grid axis per own hyper-parameter
     shard = S.parse_shard(args.shard)
     planned = (Path(args.out) / "sweep.json").is_file()
     rounds = None
@@ -412,7 +458,8 @@ def _cmd_sweep(args) -> int:
         raise ConfigError(f"--resume: {Path(args.out) / 'sweep.json'} not found; give the sweep's options to start it")
     else:  # a new sweep (also --resume of a sweep killed before it wrote sweep.json)
         configs = _sweep_configs(args, given)
-        meta = {"argv": sys.argv[1:], "continuous": [k for k in given if k in CONTINUOUS and len(given[k]) > 1]}
+        meta = {"argv": sys.argv[1:], "continuous": [k for k in given if (k in CONTINUOUS or k.startswith("hp."))
+                                                     and len(given[k]) > 1]}
         res = S.sweep(configs, args.out, chunk=args.sweep_chunk, progress=not args.no_progress, meta=meta,
                       shard=shard, compress_checkpoints=args.compress_checkpoints)
     counts: dict[str, int] = {}

@@ -200,6 +200,21 @@ def test_broadcast_facts_and_own_metrics_reach_metrics_csv_tensorboard_and_the_r
     assert fj.load(out).metrics["seen"].tolist()[1:] == [0.0, 1.0]
 
 
+def test_a_server_state_holding_one_array_twice_runs(tmp_path):
+    """init_server_state may return the same array in two places (m and v both zeros): the run donates its
+    state to the compiled round, and one buffer given twice made XLA refuse it in a traceback."""
+    def server(s):
+        a, b = s.sstate
+        return s.theta, (a + 1.0, b + 2.0), {}
+
+    alg = lambda: fj.Algorithm("twice", server=server, upload=lambda th, w, wt, st, hp, lr: (  # noqa: E731
+        jax.tree_util.tree_map(jnp.subtract, th, wt), st),
+        init_server_state=lambda params, n: (lambda z: (z, z))(jnp.zeros(3)))
+    fj.register_algorithm("twice", alg)
+    res = fj.run(_cfg("twice", rounds=3), progress=False, out=str(tmp_path / "r"))
+    assert res.status == "done"
+
+
 def test_old_signatures_and_builtins_keep_their_columns(tmp_path):
     """An algorithm written for the old contract (six positional arguments, two results) runs as before,
     and a built-in's metrics.csv has today's columns."""

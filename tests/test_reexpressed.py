@@ -47,8 +47,9 @@ def test_builtin_reexpressed_through_the_api_is_bit_equal(tmp_path, name, ldp):
     assert len(leaves_a) == len(leaves_b) > 0
     for x, y in zip(leaves_a, leaves_b):
         np.testing.assert_array_equal(x, y)
-    priv = [json.loads((tmp_path / d / "summary.json").read_text())["privacy"]["guarantee"] for d in ("api", "builtin")]
-    assert priv[0] == priv[1] == ("holds" if ldp != "none" else priv[1])
+    if ldp != "none":  # the re-expressed upload declares what the built-in's is: the mechanism's output
+        priv = [json.loads((tmp_path / d / "summary.json").read_text())["privacy"]["guarantee"] for d in ("api", "builtin")]
+        assert priv == ["holds", "holds"]
     ca, cb = _arrays(tmp_path / "api"), _arrays(tmp_path / "builtin")
     assert sorted(ca) == sorted(cb) and ca
     if name == "fedadmm":  # the duals of all 6 clients are kept, one per param leaf, and are not all zero

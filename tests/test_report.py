@@ -226,6 +226,10 @@ def test_variant_names(tmp_path):
         "q2": dict(algorithm="qfedavg", server_lr=0.7),
         "g1": dict(algorithm="fedlf", client_grad="full", server_lr=0.01, lr=0.5),
         "g2": dict(algorithm="fedlf", client_grad="full", server_lr=0.1, lr=0.1),
+        # alpha is read by the dirichlet partition alone, assign by pat1/pat2 alone
+        "p1": dict(algorithm="fedprox", partition="pat1", alpha=0.5),
+        "p2": dict(algorithm="fedprox", partition="dirichlet", alpha=0.3, assign="shards"),
+        "p3": dict(algorithm="fedprox", partition="dirichlet", alpha=0.1),
     }
     for name, kw in specs.items():
         rd = RunDir(tmp_path / name)
@@ -243,6 +247,7 @@ def test_variant_names(tmp_path):
         "f1": "LDP-FL-FedALF", "d1": "DP-FedALF", "d2": "DP-FedAvg",
         "q1": "qFedAvg", "q2": "qFedAvg",
         "g1": "FedLF", "g2": "FedLF",
+        "p1": "FedProx", "p2": "FedProx (alpha=0.3)", "p3": "FedProx (alpha=0.1)",
     }
 
 

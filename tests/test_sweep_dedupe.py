@@ -62,6 +62,22 @@ def test_distinct_counts_of_the_readmes_sweep_and_of_options_an_algorithm_ignore
     assert S.distinct(user) == (user, None)
 
 
+def test_a_partition_ignores_alpha_outside_dirichlet_and_assign_outside_pat_for_every_algorithm():
+    # the examples' study (experiments/examples_study.sh) as one sweep: pat1 and Dirichlet over two alphas
+    cfgs = S.expand({"model": "mlp"}, {"algorithm": ["fedavg", "examples.feddyn:feddyn"],
+                                       "partition": ["pat1", "dirichlet"], "alpha": [0.3, 0.5]}, [0])
+    kept, notice = S.distinct(cfgs)
+    assert [(c.algorithm, c.partition, c.alpha) for c in kept] == [
+        ("fedavg", "pat1", 0.3), ("fedavg", "dirichlet", 0.3), ("fedavg", "dirichlet", 0.5),
+        ("examples.feddyn:feddyn", "pat1", 0.3), ("examples.feddyn:feddyn", "dirichlet", 0.3),
+        ("examples.feddyn:feddyn", "dirichlet", 0.5)]
+    assert "fedavg ignores --alpha (partition=pat1)" in notice and "8 combinations are 6 distinct runs" in notice
+    kept, notice = S.distinct(S.expand({"model": "mlp", "algorithm": "fedavg"},
+                                       {"partition": ["iid", "pat2"], "assign": ["fedlf", "shards"]}, [0]))
+    assert [(c.partition, c.assign) for c in kept] == [("iid", "fedlf"), ("pat2", "fedlf"), ("pat2", "shards")]
+    assert "--assign (partition=iid)" in notice
+
+
 def test_a_sweep_runs_fedlfs_ignored_lr_values_once_says_so_and_reports_and_resumes(tmp_path, capsys, compile_cache):
     out = tmp_path / "sw"
     grid = ["sweep", *TINY, "--algorithm", "fedavg", "fedlf", "--lr", *LRS, "--seeds", "0", "1", "--no-progress"]

@@ -35,8 +35,9 @@ def hparams(cfg: Config) -> A.HParams:
     if cfg.dp == "central":  # calibrated on the host: (epsilon, delta) over the whole run, m of N per round
         from .accounting import central_noise_multiplier
         z = central_noise_multiplier(cfg.epsilon, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds)
+    own = A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})  # the algorithm's own (none: no leaves)
     return A.HParams(f(cfg.lr), f(cfg.lr_decay), f(cfg.resolved_server_lr), f(cfg.resolved_server_lr_decay),
-                     f(cfg.mu), f(cfg.resolved_rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip), f(z))
+                     f(cfg.mu), f(cfg.resolved_rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip), f(z), own)
 
 
 def algorithm(cfg: Config, layer_of) -> A.Algorithm:
@@ -44,9 +45,11 @@ def algorithm(cfg: Config, layer_of) -> A.Algorithm:
     ``module:attribute`` algorithm: its factory, :mod:`.registry`)."""
     if cfg.algorithm not in ALGORITHMS:
         try:
-            return registry.make_algorithm(cfg.algorithm, layer_of)
+            alg = registry.make_algorithm(cfg.algorithm, layer_of)
         except registry.RegistryError as e:
             raise ConfigError(str(e)) from None
+        check_own_hparams(cfg, alg)
+        return alg
     fair = dict(history=cfg.resolved_history, merge_tol=cfg.merge_tol, qp_method=cfg.qp_method,
                 fair_norm=cfg.resolved_fair_norm, history_tau=cfg.history_tau)
     kw = {
@@ -56,6 +59,21 @@ def algorithm(cfg: Config, layer_of) -> A.Algorithm:
     }.get(cfg.algorithm, {})
     factory = A.FACTORIES[cfg.algorithm]
     return factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
+
+
+def check_own_hparams(cfg: Config, alg: A.Algorithm) -> None:
+    """The algorithm built for the model declares the hyper-parameters ``cfg`` resolved (``Config.resolved_hp``,
+    read from the factory called with ``layer_of=None``); one line otherwise."""
+    declared = alg.hparam_defaults
+    unknown = [k for k in cfg.hp if k not in declared]
+    if unknown:
+        has = f"it declares {', '.join(declared)}" if declared else "it declares none"
+        raise ConfigError(f"hp {unknown[0]!r}: algorithm {cfg.algorithm!r} has no hyper-parameter {unknown[0]!r}; {has}")
+    if list(declared) != list(cfg.resolved_hp):
+        raise ConfigError(f"algorithm {cfg.algorithm!r} declares the hyper-parameters {', '.join(declared)} when built "
+                          f"for the model, but {', '.join(cfg.resolved_hp) or 'none'} when its factory is called with "
+                          f"layer_of=None (or that call fails): config.json and the run's identity record the latter; "
+                          f"let the factory declare the same hparams whatever layer_of")
 
 
 def layer_ids(params, layers: str):

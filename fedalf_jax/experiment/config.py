@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import math
+import numbers
 import re
 import warnings
 from pathlib import Path
@@ -98,7 +99,8 @@ def identity_diff(a: dict, b: dict) -> list[str]:
     (recorded before the option existed) counts with its default, the value it ran with. Bookkeeping
     options (an identity recorded when ``data_dir`` was part of it) and :data:`CONTENT` digests, checked
     on their own, are left out."""
-    defaults = {**{f.name: f.default for f in dataclasses.fields(Config)}, **LEGACY}
+    defaults = {**{f.name: f.default for f in dataclasses.fields(Config)
+                   if f.default is not dataclasses.MISSING}, **LEGACY}
 
     def get(d, k):
         return d.get(k, defaults.get(k, "<missing>"))
@@ -118,14 +120,26 @@ USED_BY = {
 }
 
 
+def partition_ignores(partition: str) -> dict[str, str]:
+    """The data options ``partition`` never reads, each with its condition: ``alpha`` outside ``dirichlet``,
+    ``assign`` outside ``pat1``/``pat2`` (:func:`fedalf_jax.problem.partitions.make_partition`)."""
+    out = {}
+    if partition != "dirichlet":
+        out["alpha"] = f"partition={partition}"
+    if partition not in ("pat1", "pat2"):
+        out["assign"] = f"partition={partition}"
+    return out
+
+
 def ignored_options(cfg: "Config") -> dict[str, str]:
     """The options ``cfg``'s run never reads, each with the condition that makes it so ("" when its
     algorithm never reads it): runs of a built-in algorithm that differ only in these compute the same
-    trajectory bit for bit. A user's algorithm reads ``HParams`` as it likes: nothing is known ignored."""
+    trajectory bit for bit. A user's algorithm reads ``HParams`` as it likes: of its options only the
+    partition's (:func:`partition_ignores`) are known ignored."""
     algo = cfg.algorithm
     if algo not in ALGORITHMS:
-        return {}
-    out = {k: "" for k, users in USED_BY.items() if algo not in users}
+        return partition_ignores(cfg.partition)
+    out = {**partition_ignores(cfg.partition), **{k: "" for k, users in USED_BY.items() if algo not in users}}
     if algo == "fedlf" and cfg.client_grad == "full":  # no local training: the client sends ∇f_i(θ_t)
         out.update(lr="client_grad=full", lr_decay="client_grad=full")
     if algo == "qfedavg":  # its step is set by its h_i (dp central, whose noise reads η_g, refuses qfedavg)
@@ -205,6 +219,9 @@ class Config:
     server_target: Optional[str] = None  # the ADMM upload; default per algorithm (_ADMM_DEFAULTS)
     dual_from: Optional[str] = None  # local (the paper's) or perturbed; default: local
     fair_norm: Optional[str] = None  # raw or denoised (a private run's default): the fair direction's length
+    # the algorithm's own hyper-parameters (Algorithm.hparams): {name: value}, overriding its declared defaults;
+    # traced like lr (hp.own[name]); config.json and the identity record them resolved (defaults filled in)
+    hp: dict = dataclasses.field(default_factory=dict)
     # privacy (docs/privacy.md)
     ldp: str = "none"
     ldp_on: Optional[str] = None  # weights (the paper's reading) or update (a private run's default)
@@ -223,6 +240,11 @@ class Config:
 
     def __post_init__(self):
         self.validated()  # Config(...) itself refuses bad values, with the one-line message
+        object.__setattr__(self, "hp", {k: float(v) for k, v in self.hp.items()})  # a copy, of floats
+
+    def __hash__(self):  # hashable as before hp (a dict) was an option: hp by its sorted items
+        return hash(tuple((f.name, tuple(sorted(self.hp.items())) if f.name == "hp" else getattr(self, f.name))
+                          for f in dataclasses.fields(self)))
 
     # ---- derived values -------------------------------------------------------------
     @property
@@ -280,9 +302,32 @@ class Config:
             return _PRIVATE_DEFAULTS["server_target"]
         return _ADMM_DEFAULTS.get(self.algorithm, ("increment", 1.0))[0]
 
+    @property
+    def declared_hp(self) -> Optional[dict]:
+        """The algorithm's own hyper-parameters and their defaults (``Algorithm.hparams``): ``{}`` for a
+        built-in, ``None`` when a user's factory cannot be built without the model's layers (``build``
+        checks it then)."""
+        return declared_hparams(self.algorithm)
+
+    @property
+    def resolved_hp(self) -> dict:
+        """The algorithm's own hyper-parameters with the declared defaults filled in (declaration order)."""
+        declared = self.declared_hp
+        if declared is None:
+            return dict(self.hp)
+        return {k: float(self.hp.get(k, v)) for k, v in declared.items()}
+
     # ---- (de)serialisation ----------------------------------------------------------
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every option; ``hp`` resolved (the declared defaults filled in), left out when the algorithm has
+        none (so a built-in's config.json, sweep.json and identity are what they were before ``hp``)."""
+        d = dataclasses.asdict(self)
+        hp = self.resolved_hp
+        if hp:
+            d["hp"] = hp
+        else:
+            del d["hp"]
+        return d
 
     def identity(self) -> dict:
         """What a run's trajectory depends on: every option but :data:`BOOKKEEPING`, with the per-algorithm
@@ -405,6 +450,7 @@ class Config:
         _choice("assign", self.assign, ASSIGNS)
         _named("model", self.model, MODELS)
         self._check_custom()
+        _check_hp(self)
         _choice("ldp", self.ldp, LDPS)
         _choice("dp", self.dp, DPS)
         _choice("client_grad", self.client_grad, CLIENT_GRADS)
@@ -600,6 +646,43 @@ def _user_algorithm(name: str, version: int) -> Any:
         return registry.make_algorithm(name, None)
     except Exception:  # noqa: BLE001 - a factory that needs the model's layers
         return None
+
+
+def declared_hparams(name: str) -> Optional[dict]:
+    """``{name: default}`` of algorithm ``name``'s own hyper-parameters (``Algorithm.hparams``): ``{}`` for a
+    built-in; ``None`` when a user's factory cannot be built without the model's layers."""
+    if name in ALGORITHMS:
+        return {}
+    alg = _user_algorithm(name, registry.version())
+    return None if alg is None else dict(alg.hparams)
+
+
+def _check_hp(cfg: "Config") -> None:
+    """``cfg.hp``: a dict of the algorithm's declared names to finite numbers; one line otherwise."""
+    hp = cfg.hp
+    if not isinstance(hp, dict):
+        raise ConfigError(f"hp must be a dict of the algorithm's own hyper-parameter names to numbers, e.g. "
+                          f"{{'beta1': 0.9}}, got {type(hp).__name__} {hp!r}")
+    declared = declared_hparams(cfg.algorithm) if hp else {}
+    for k, v in hp.items():
+        if declared is not None and k not in declared:
+            has = (f"it declares {', '.join(declared)}" if declared else
+                   "it declares none (Algorithm(hparams=...) declares them)")
+            raise ConfigError(f"hp {k!r}: algorithm {cfg.algorithm!r} has no hyper-parameter {k!r}; {has}")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise ConfigError(f"hp {k!r} must be a finite number, got {type(v).__name__} {v!r}")
+
+
+def flat_options(d: dict) -> dict:
+    """A config dict (``Config.to_dict``, config.json) with its ``hp`` dict spread into one ``hp.NAME`` entry
+    per hyper-parameter, in ``hp``'s place: what a sweep's table, its run names and the report compare."""
+    out = {}
+    for k, v in d.items():
+        if k == "hp" and isinstance(v, dict):
+            out.update({f"hp.{n}": x for n, x in v.items()})
+        else:
+            out[k] = v
+    return out
 
 
 def _declares_private_upload(name: str) -> bool:

@@ -86,7 +86,8 @@ from typing import Iterable, NamedTuple, Optional
 
 import numpy as np
 
-from .config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError, privacy_guarantee
+from .config import (ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError, flat_options,
+                     partition_ignores, privacy_guarantee)
 from .rundir import METRICS, PERSONAL_KEYS, RunDir, columns_of_file, find_runs, metric_columns
 from .writers import DamagedFile, read_csv_rows
 
@@ -141,13 +142,14 @@ class Run:
 
 
 def resolved_config(d: dict) -> dict:
-    """The config dict with ``None`` options replaced by their resolved values (``Config.resolved_*``)."""
+    """The config dict with ``None`` options replaced by their resolved values (``Config.resolved_*``), and
+    the algorithm's own hyper-parameters as one ``hp.NAME`` entry each (``config.flat_options``)."""
     cfg = Config.from_dict(d)
     out = cfg.to_dict()
     for k, v in out.items():
         if v is None and hasattr(Config, f"resolved_{k}"):
             out[k] = getattr(cfg, f"resolved_{k}")
-    return out
+    return flat_options(out)
 
 
 def base_label(cfg: dict) -> str:
@@ -191,6 +193,7 @@ def _unused(cfg: dict, eta: Optional[str] = None) -> set:
     the run's η option (default :func:`eta_option`)."""
     algo = cfg["algorithm"]
     out = {k for k, users in _USED_BY.items() if algo not in users}
+    out |= set(partition_ignores(cfg.get("partition", "pat1")))  # alpha outside dirichlet, assign outside pat*
     out.add(eta or eta_option(cfg))
     if algo == "qfedavg":
         out.add("server_lr")
@@ -228,7 +231,8 @@ def name_variants(runs: list[Run]) -> None:
 
 
 def _variant_name(label: str, named_by: dict) -> str:
-    parts = [f"{k}={_fmt_value(v)}" for k, v in named_by.items()]
+    # an algorithm's own hyper-parameter by its name: FedAdam (beta1=0.9)
+    parts = [f"{k[3:] if k.startswith('hp.') else k}={_fmt_value(v)}" for k, v in named_by.items()]
     return f"{label} ({', '.join(parts)})" if parts else label
 
 

@@ -1,8 +1,9 @@
 """``fedalf sweep``: many runs, one compiled program per discrete combination.
 
 Runs that differ only in their seed and continuous hyper-parameters (``config.CONTINUOUS``: lr, ρ,
-μ, q, ε, ...) share a round spec; they run as ``jax.vmap`` of the run loop's chunk over a leading run
-axis, ``chunk`` runs per program call (``--sweep-chunk``). The data pool sits on the device once; each
+μ, q, ε, ...; and the algorithm's own, ``Config.hp``, a grid key ``hp.NAME``) share a round spec; they
+run as ``jax.vmap`` of the run loop's chunk over a leading run axis, ``chunk`` runs per program call
+(``--sweep-chunk``). The data pool sits on the device once; each
 run has its own index rows (its seed's partition), padded to one length, its own state and its own
 hyper-parameters. Each discrete combination (algorithm, partition, model, privacy mechanism, ...) is
 its own program.
@@ -41,7 +42,8 @@ import numpy as np
 
 from ..sim.round import ClientData, init_state
 from .build import check_devices, client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
-from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError, from_run, identity_digest, ignored_options
+from .config import (BOOKKEEPING, CONTINUOUS, Config, ConfigError, flat_options, from_run, identity_digest,
+                     ignored_options)
 from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, say, train
 from .progress import Progress
 from .rundir import METRICS, RunDir, extra_columns, metric_columns, read_sweep, write_sweep
@@ -53,12 +55,17 @@ _BARE = ("algorithm", "dataset", "partition", "model")  # values readable withou
 
 
 def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Config]:
-    """Every combination of ``grid``'s values (and every seed) on top of ``base``, validated."""
+    """Every combination of ``grid``'s values (and every seed) on top of ``base``, validated. A key
+    ``hp.NAME`` varies the algorithm's own hyper-parameter ``NAME`` (``Config.hp``), over ``base``'s."""
     keys = list(grid)
     out, seen = [], set()
     for values in itertools.product(*(grid[k] for k in keys)):
+        combo = dict(zip(keys, values))
+        own = {k[3:]: combo.pop(k) for k in keys if k.startswith("hp.")}
+        if own:
+            combo["hp"] = {**(combo.get("hp", base.get("hp")) or {}), **own}
         for seed in seeds:
-            cfg = Config.from_dict({**base, **dict(zip(keys, values)), "seed": seed, "out": None})
+            cfg = Config.from_dict({**base, **combo, "seed": seed, "out": None})
             k = json.dumps(cfg.to_dict(), sort_keys=True)
             if k not in seen:
                 seen.add(k)
@@ -107,21 +114,25 @@ def static_key(cfg: Config) -> str:
     d = cfg.to_dict()
     for k in (*CONTINUOUS, "seed", "out"):
         d.pop(k)
+    d.pop("hp", None)  # the algorithm's own: traced too (their names are the algorithm's)
     return json.dumps(d, sort_keys=True)
 
 
 def run_names(configs: list[Config]) -> list[str]:
     """Readable, unique directory names from the options that vary across ``configs``."""
-    dicts = [c.to_dict() for c in configs]
-    varying = [k for k in dicts[0] if k not in ("out",) and len({json.dumps(d[k]) for d in dicts}) > 1]
+    dicts = [flat_options(c.to_dict()) for c in configs]
+    keys = list(dict.fromkeys(k for d in dicts for k in d))
+    varying = [k for k in keys if k not in ("out",) and len({json.dumps(d.get(k)) for d in dicts}) > 1]
     names = []
     for d in dicts:
         parts = [d["algorithm"]]
         for k in varying:
-            v = d[k]
-            if k == "algorithm":
+            v = d.get(k)
+            if k == "algorithm" or (v is None and k.startswith("hp.")):
                 continue
-            if k == "seed":
+            if k.startswith("hp."):  # the algorithm's own: beta1-0.9
+                parts.append(f"{k[3:]}-{v:g}")
+            elif k == "seed":
                 parts.append(f"seed{v}")
             elif k in _BARE:
                 parts.append(str(v))

@@ -14,6 +14,9 @@ A user's own algorithm is an :class:`Algorithm` too (docs/extending.md).
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -23,8 +26,43 @@ from . import tree as T
 from .batching import per_run
 
 
+class OwnHParams(Mapping):
+    """An algorithm's own hyper-parameters (``Algorithm.hparams``) as ``HParams.own``: a read-only mapping of
+    name to traced float32 scalar (a pytree: its names are static, its values traced, so a sweep vmaps over
+    them). Reading a name the algorithm does not declare is one line naming the declared ones."""
+
+    def __init__(self, values: Optional[Mapping] = None):
+        self._d = dict(values or {})
+
+    def __getitem__(self, name):
+        try:
+            return self._d[name]
+        except KeyError:
+            from .contract import error
+            have = ", ".join(self._d) or "none"
+            raise error(f"hp.own[{name!r}]: the algorithm declares no hyper-parameter {name!r} (it declares: {have}; "
+                        f"Algorithm(hparams={{{name!r}: default, ...}}) declares one)") from None
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+    def __repr__(self):
+        return f"OwnHParams({self._d!r})"
+
+
+jax.tree_util.register_pytree_with_keys(
+    OwnHParams,
+    lambda o: (tuple((jax.tree_util.DictKey(k), v) for k, v in o._d.items()), tuple(o._d)),
+    lambda names, values: OwnHParams(dict(zip(names, values))),
+    flatten_func=lambda o: (tuple(o._d.values()), tuple(o._d)))
+
+
 class HParams(NamedTuple):
-    """The numeric hyper-parameters: traced values, so a run can be vmapped over them."""
+    """The numeric hyper-parameters: traced values, so a run can be vmapped over them. ``own``: the
+    algorithm's own (``Algorithm.hparams``), read as ``hp.own["beta1"]``; empty for the built-in ones."""
 
     lr: Any
     lr_decay: Any
@@ -37,6 +75,7 @@ class HParams(NamedTuple):
     delta: Any
     clip: Any
     noise_multiplier: Any = 0.0  # dp="central": the server noise's std over its step's sensitivity (host-calibrated)
+    own: Any = OwnHParams()  # the algorithm's own hyper-parameters, name -> float32 scalar (no leaves when none)
 
 
 class ServerIn(NamedTuple):
@@ -117,6 +156,10 @@ class Algorithm:
     * ``personal_model(state) -> params`` (optional): the client's own model, read from its state; the
       evaluation then also tests each client's own model on its test split (``personal_*`` in metrics.csv).
     * ``local_start``, ``personal.start`` and ``personal.penalty`` get ``broadcast=``/``facts=`` like ``penalty``.
+    * ``hparams``: the algorithm's own numeric hyper-parameters, ``{name: default}`` (given as a dict,
+      kept as a tuple of ``(name, default)`` pairs so the algorithm stays hashable): traced like ``lr``,
+      read as ``hp.own[name]``, set by ``Config(hp={name: value})`` / ``--hp name=value`` and swept in one
+      program (docs/extending.md).
     """
 
     name: str
@@ -136,6 +179,15 @@ class Algorithm:
     local_optimizer: Optional[Callable] = None  # lr_t -> optax.GradientTransformation, or None: w − η_l g
     personal: Optional["Personal"] = None  # a second local model v_i trained in the round (Ditto's)
     personal_model: Optional[Callable] = None  # client state -> params: the client's own model to evaluate
+    hparams: Any = ()  # the algorithm's own hyper-parameters: {name: default float}, kept as ((name, default), ...)
+
+    def __post_init__(self):
+        object.__setattr__(self, "hparams", _own_hparams(self.name, self.hparams))
+
+    @property
+    def hparam_defaults(self) -> dict:
+        """``{name: default}`` of :attr:`hparams`, in declaration order."""
+        return dict(self.hparams)
 
     def client_kwargs(self, fn, broadcast, facts) -> dict:
         """The keywords ``fn`` (``penalty`` or ``upload``) takes beyond its positional arguments: ``broadcast``
@@ -152,6 +204,39 @@ class Algorithm:
     def has_client_state(self) -> bool:
         """A state per client lives in the run state (FedADMM's and FedALF's dual)."""
         return self.init_client_state is not None
+
+
+RESERVED_HPARAMS = HParams._fields  # an algorithm's own names may not shadow these
+
+
+def _own_hparams(name: str, given) -> tuple:
+    """``Algorithm.hparams`` checked and normalised to ``((name, float default), ...)``; one line otherwise."""
+    from .contract import error
+    head = f"algorithm {name!r}: hparams"
+    if isinstance(given, Mapping):
+        pairs = list(given.items())
+    else:
+        try:
+            pairs = [tuple(p) for p in given]
+        except TypeError:
+            pairs = None
+        if pairs is None or any(len(p) != 2 for p in pairs):
+            raise error(f"{head} must be a dict of name to default value, e.g. {{'beta1': 0.9}}, got "
+                        f"{type(given).__name__} {given!r}")
+    out, seen = [], set()
+    for k, v in pairs:
+        if not isinstance(k, str) or not k.isidentifier():
+            raise error(f"{head}: the name {k!r} is not a Python identifier; use names like 'beta1'")
+        if k in RESERVED_HPARAMS:
+            raise error(f"{head}: the name {k!r} is one of fj.HParams' own fields ({', '.join(RESERVED_HPARAMS)}); "
+                        f"choose another name")
+        if k in seen:
+            raise error(f"{head}: the name {k!r} is declared twice")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise error(f"{head}: the default of {k!r} must be a finite number, got {type(v).__name__} {v!r}")
+        seen.add(k)
+        out.append((k, float(v)))
+    return tuple(out)
 
 
 class Personal(NamedTuple):

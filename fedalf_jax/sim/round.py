@@ -107,7 +107,9 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     duals = client_states(spec.algorithm, stored, spec.num_clients, spec.state_dtype)
     C.check_state_init(spec.algorithm, "init_server_state",  # N is static (a Python int), as in the call below
                        lambda p: spec.algorithm.init_server_state(p, spec.num_clients), stored)
-    sstate = spec.algorithm.init_server_state(stored, spec.num_clients)
+    # one buffer per leaf: a user's state that holds one array twice, e.g. (z, z), would otherwise make the
+    # donated round refuse to "donate the same buffer twice" in a traceback from inside XLA
+    sstate = jax.tree_util.tree_map(jnp.copy, spec.algorithm.init_server_state(stored, spec.num_clients))
     return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key)
 
 
