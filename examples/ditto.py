@@ -8,12 +8,13 @@ minibatches and steps, trains it from ``v_i`` on
 
     h_i(v) = f_i(v) + λ/2 ‖v − θ_t‖²,
 
-λ being the ``mu`` hyper-parameter (``--mu``). ``v_i`` never leaves the client: only ``Δ_i`` is uploaded
+λ being the algorithm's own hyper-parameter ``lam`` (default 0.1; ``--hp lam=1``, ``fj.Config(hp={"lam":
+1.0})``, swept in one program like ``lr``). ``v_i`` never leaves the client: only ``Δ_i`` is uploaded
 (and privatised, under a privacy mechanism). The evaluation tests each client's ``v_i`` on its own test
 split beside the global model: ``personal_acc``, ``personal_angle_deg``, ... in metrics.csv. Run it from
 the repository root:
 
-    fedalf run --algorithm examples.ditto:ditto --model mlp --rounds 20 --mu 0.1
+    fedalf run --algorithm examples.ditto:ditto --model mlp --rounds 20 --hp lam=0.1
 """
 
 import jax
@@ -32,7 +33,7 @@ def personal_start(theta, v_i, hp):
 
 def personal_penalty(theta, v_i, hp):
     """λ/2 ‖v − θ_t‖²: the pull of the personal model towards this round's global model."""
-    return lambda v: 0.5 * hp.mu * sum(jax.numpy.vdot(a - b, a - b) for a, b in
+    return lambda v: 0.5 * hp.own["lam"] * sum(jax.numpy.vdot(a - b, a - b) for a, b in
                                        zip(jax.tree_util.tree_leaves(v), jax.tree_util.tree_leaves(theta)))
 
 
@@ -47,4 +48,5 @@ def ditto() -> fj.Algorithm:
         init_client_state=lambda params: params,                             # v_i = θ_0
         personal=fj.Personal(start=personal_start, penalty=personal_penalty),
         personal_model=lambda v_i: v_i,                                      # evaluate v_i
-        private_upload=True)                                                 # Δ_i is a function of w̃ and θ
+        private_upload=True,                                                 # Δ_i is a function of w̃ and θ
+        hparams={"lam": 0.1})                                                # λ, read as hp.own["lam"]

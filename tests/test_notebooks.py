@@ -146,7 +146,7 @@ def test_explore_runs_shows_personalised_models_beside_the_global_one(run_notebo
     sys.path.insert(0, str(NOTEBOOKS.parent / "tests"))
     from test_contract import _cfg
     out = tmp_path / "mine" / "ditto"
-    fj.run(_cfg("examples.ditto:ditto", lr=0.5, server_lr=0.8, mu=0.3, out=str(out)), progress=False)
+    fj.run(_cfg("examples.ditto:ditto", lr=0.5, server_lr=0.8, hp={"lam": 0.3}, out=str(out)), progress=False)
     monkeypatch.setenv("FEDALF_RUNS", str(tmp_path / "mine"))
     nb, text = run_notebook("explore_runs.ipynb")
     lines = text.splitlines()

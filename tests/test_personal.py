@@ -59,7 +59,7 @@ def _personal_row(v):
 def test_ditto_example_matches_two_rounds_computed_by_hand(tmp_path):
     lr, glr, lam = 0.5, 0.8, 0.3
     out = tmp_path / "d"
-    res = fj.run(_cfg("examples.ditto:ditto", lr=lr, server_lr=glr, mu=lam, out=str(out), log="tensorboard"),
+    res = fj.run(_cfg("examples.ditto:ditto", lr=lr, server_lr=glr, hp={"lam": lam}, out=str(out), log="tensorboard"),
                  progress=False)
     want = _ditto_by_hand(2, lr, glr, lam)
     theta, v = want[-1]
@@ -95,7 +95,7 @@ def test_ditto_example_matches_two_rounds_computed_by_hand(tmp_path):
 def test_ditto_resumes_exactly_and_runs_in_a_sweep(tmp_path):
     """One round then --resume: the personal metrics of two rounds in one go; a sweep's runs give the
     same rows as their single runs."""
-    kw = dict(lr=0.5, server_lr=0.8, mu=0.3)
+    kw = dict(lr=0.5, server_lr=0.8, hp={"lam": 0.3})
     fj.run(_cfg("examples.ditto:ditto", rounds=1, out=str(tmp_path / "r"), **kw), progress=False)
     fj.run(_cfg("examples.ditto:ditto", out=str(tmp_path / "r"), **kw), progress=False, resume=True)
     resumed = fj.load(tmp_path / "r")
@@ -103,7 +103,7 @@ def test_ditto_resumes_exactly_and_runs_in_a_sweep(tmp_path):
     cols = [c for c in whole.metrics.columns if c.startswith("personal_")]
     assert len(cols) == 5
     np.testing.assert_array_equal(resumed.metrics[cols].to_numpy(), whole.metrics[cols].to_numpy())
-    sw = fj.sweep(_cfg("examples.ditto:ditto", **kw), out=tmp_path / "s", grid={"mu": [0.3, 0.0]}, progress=False)
+    sw = fj.sweep(_cfg("examples.ditto:ditto", **kw), out=tmp_path / "s", grid={"hp.lam": [0.3, 0.0]}, progress=False)
     np.testing.assert_allclose(sw[0].metrics[cols].to_numpy(), whole.metrics[cols].to_numpy(), atol=1e-6)
     assert sw[1].metrics["personal_test_loss"].iloc[-1] < sw[0].metrics["personal_test_loss"].iloc[-1]  # λ = 0: fits f_i
     assert sw.table["personal_acc"].tolist() == [1.0, 1.0] and "personal_angle_deg" in sw.table
@@ -111,7 +111,7 @@ def test_ditto_resumes_exactly_and_runs_in_a_sweep(tmp_path):
 
 def test_ditto_with_bfloat16_states_evaluates_them_in_float32():
     lr, glr, lam = 0.5, 0.8, 0.3
-    res = fj.run(_cfg("examples.ditto:ditto", lr=lr, server_lr=glr, mu=lam, state_dtype="bfloat16"), progress=False)
+    res = fj.run(_cfg("examples.ditto:ditto", lr=lr, server_lr=glr, hp={"lam": lam}, state_dtype="bfloat16"), progress=False)
     want = _ditto_by_hand(2, lr, glr, lam)
     got = res.metrics["personal_test_loss"].to_numpy()
     np.testing.assert_allclose(got, [_personal_row(vs)[1] for _, vs in want], atol=3e-2)
