@@ -335,7 +335,7 @@ mutate fedalf_jax/experiment/config.py '        elif data.clients is not None:  
   "api: pat1 over a data set's own client lists ignores them (item 10)" "$A -k partition_scheme"
 mutate docs/extending.md 'are allowed but not kept' 'are refused' "api: the docs refuse the sown intermediates that run (item 10)" \
   "$A -k sown"
-mutate fedalf_jax/api.py '**{k: opts[k] for k in varied}, "status": r.status,' '"status": r.status,' \
+mutate fedalf_jax/api.py '**{k: opts.get(k) for k in varied}, "status": r.status,' '"status": r.status,' \
   "api: the sweep table without the varied options (item 10)" "$A -k sweep_table"
 mutate fedalf_jax/experiment/metrics.py '    return jnp.degrees(angle) if degrees else angle' '    return angle' \
   "api: fairness_angle(degrees=True) in radians (item 10)" "$A -k fairness_angle"
