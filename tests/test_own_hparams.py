@@ -283,5 +283,10 @@ def test_a_grid_over_algorithms_fills_in_each_ones_own_defaults(tmp_path):
     base["hp"] = dict(cfg.hp)
     got = expand(base, {"algorithm": ["fedavg", YOGI]}, [0])
     assert [c.to_dict().get("hp") for c in got] == [None, {"beta1": 0.9, "beta2": 0.99, "tau": 0.001}]
+    # the run names: only options the runs differ in, an own hyper-parameter only among runs that have it
+    from fedalf_jax.experiment.sweep import run_names
+    assert run_names(got) == ["fedavg", "examples.fedadam-fedyogi"]
+    yogi = expand({**base, "algorithm": YOGI, "hp": None}, {"hp.beta1": [0.5, 0.9]}, [0])
+    assert run_names([got[0], *yogi]) == ["fedavg", "examples.fedadam-fedyogi_beta1-0.5", "examples.fedadam-fedyogi_beta1-0.9"]
     with pytest.raises(fj.ConfigError, match="grid option"):
         fj.sweep(cfg, out=tmp_path / "s", grid={"beta1": [0.9]}, progress=False)

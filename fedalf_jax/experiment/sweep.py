@@ -122,7 +122,10 @@ def run_names(configs: list[Config]) -> list[str]:
     """Readable, unique directory names from the options that vary across ``configs``."""
     dicts = [flat_options(c.to_dict()) for c in configs]
     keys = list(dict.fromkeys(k for d in dicts for k in d))
-    varying = [k for k in keys if k not in ("out",) and len({json.dumps(d.get(k)) for d in dicts}) > 1]
+    # an own hyper-parameter names a run only when its algorithm's runs differ in it (a grid of algorithms,
+    # one declaring beta, is not varied in beta: fedavgm_seed0, not fedavgm_beta-0.9_seed0)
+    varying = [k for k in keys if k not in ("out",) and len({json.dumps(d.get(k)) for d in dicts
+                                                          if not (k.startswith("hp.") and d.get(k) is None)}) > 1]
     names = []
     for d in dicts:
         parts = [d["algorithm"]]
