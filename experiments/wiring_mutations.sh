@@ -56,7 +56,7 @@ mutate fedalf_jax/problem/partitions.py "n_test = n - min(max(int(round(frac * n
   "n_test = n - min(max(int(frac * n), 1), n - 1)" "glue: stratified local split truncates frac*n" "$G -k local_split"
 mutate fedalf_jax/experiment/config.py "if self.clients_per_round > self.clients:" "if self.clients_per_round >= self.clients:" \
   "glue: full participation refused" "$G -k full_participation"
-mutate fedalf_jax/experiment/loop.py "st, out = program(state._replace(variables=variables0), hp, data, 0)" \
+mutate fedalf_jax/experiment/loop.py "st, out = program(at0, hp, data, 0)" \
   "st, out = program(state, hp, data, 0)" "glue: round 0 evaluates the model after the first chunk" "$G -k round_0"
 mutate fedalf_jax/experiment/loop.py "length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)" \
   "length = min(cfg.eval_every, cfg.rounds - t)" "glue: an extended run's chunks leave the evaluation grid" "$G -k off_the_eval_grid"
@@ -335,7 +335,7 @@ mutate fedalf_jax/experiment/config.py '        elif data.clients is not None:  
   "api: pat1 over a data set's own client lists ignores them (item 10)" "$A -k partition_scheme"
 mutate docs/extending.md 'are allowed but not kept' 'are refused' "api: the docs refuse the sown intermediates that run (item 10)" \
   "$A -k sown"
-mutate fedalf_jax/api.py '**{k: opts[k] for k in varied}, "status": r.status,' '"status": r.status,' \
+mutate fedalf_jax/api.py '**{k: opts.get(k) for k in varied}, "status": r.status,' '"status": r.status,' \
   "api: the sweep table without the varied options (item 10)" "$A -k sweep_table"
 mutate fedalf_jax/experiment/metrics.py '    return jnp.degrees(angle) if degrees else angle' '    return angle' \
   "api: fairness_angle(degrees=True) in radians (item 10)" "$A -k fairness_angle"
@@ -456,4 +456,30 @@ mutate examples/fedadam.py 'vv - (1.0 - b2) * dd * dd * jnp.sign(vv - dd * dd)' 
   "ownhp: FedYogi's second moment with the sign flipped" "$OH -k by_hand"
 mutate examples/fedadam.py 'jnp.where(s.t == 0, jnp.square(tau).astype(x.dtype), x)' 'x' \
   "ownhp: FedAdam's v starts at 0, not tau^2" "$OH -k by_hand"
+# issue #28 items 4, 5 and 9's Ditto: local training the algorithm controls, personalised evaluation, the clients'
+# index lists (labels start with "personal")
+PT=tests/test_personal.py
+mutate fedalf_jax/sim/train.py '            return C.check_params(alg, "personal_model", alg.personal_model(st), theta, dtypes=False)' \
+  '            return theta' "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
+mutate fedalf_jax/experiment/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0)' '            at0 = at0' \
+  "personal: round 0 evaluates the client states after the first chunk" "$PT -k ditto_example"
+mutate fedalf_jax/sim/round.py '    pen = p.penalty(theta, state, hp, **alg.client_kwargs(p.penalty, bcast, facts)) if p.penalty is not None else None' \
+  '    pen = None' "personal: v_i trained without its penalty" "$PT -k ditto_example"
+mutate fedalf_jax/sim/round.py '    v0 = C.check_params(alg, "personal.start", p.start(theta, state, hp,' \
+  '    v0 = C.check_params(alg, "personal.start", p.start(theta, theta, hp,' "personal: v_i trained from θ, not its start" \
+  "$PT -k ditto_example"
+mutate fedalf_jax/experiment/rundir.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics]' \
+  '    return [*alg.metrics]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
+mutate fedalf_jax/experiment/report.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
+  "personal: the report leaves out the personalised models" "$PT -k ditto_example"
+mutate fedalf_jax/sim/round.py '    opt = alg.local_optimizer(lr_t) if alg.local_optimizer is not None else None' '    opt = None' \
+  "personal: the local optimiser ignored" "$PT -k local_optimizer"
+mutate fedalf_jax/sim/client.py '                opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], new_opt)]' \
+  '                opt = [new_opt]' "personal: a step past the client's examples moves the optimiser state" \
+  "$PT -k local_optimizer"
+mutate fedalf_jax/sim/round.py '        start_vars = {**theta_vars, "params": C.check_params(alg, "local_start", start, theta)}' \
+  '        start_vars = theta_vars' "personal: local training from θ whatever local_start says" "$PT -k local_start"
+mutate fedalf_jax/api.py '    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64)) for tr, te in' \
+  '    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64) - len(tr)) for tr, te in' \
+  "personal: client_splits' test indices off" "$PT -k client_splits"
 exit $status

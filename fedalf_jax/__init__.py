@@ -7,7 +7,9 @@ The API (``import fedalf_jax as fj``; README "Python API", docs/extending.md):
   out=..., grid=..., seeds=...)`` → :class:`SweepResult`; ``fj.load(run_dir)``; ``fj.report(paths, out)``.
 * Your own algorithm: ``fj.Algorithm`` (small pure functions; ``fj.ServerIn``, ``fj.HParams`` are what
   they receive) registered with ``fj.register_algorithm(name, factory)`` or named ``"module:attribute"``;
-  your own model (``fj.register_model``, a flax module factory) and data (``fj.register_dataset``).
+  your own model (``fj.register_model``, a flax module factory) and data (``fj.register_dataset``);
+  ``fj.Personal`` (a second local model, Ditto's) and ``fj.local_optimizer`` (momentum, Adam local steps).
+* ``fj.client_splits(cfg)``: each client's train and test indices into the pooled examples.
 * The numerical core: ``fj.fair_direction``, ``fj.solve_simplex_qp``, ``fj.fairness_angle``, the privacy
   mechanisms ``fj.adaptive_ldp``, ``fj.ldp_fl``, ``fj.gaussian_dp``.
 """
@@ -17,12 +19,12 @@ from .interrupt import INTERRUPT as _INTERRUPT, started_as_command as _started_a
 if _started_as_command():  # the fedalf command: Ctrl-C and SIGTERM are kept from before JAX loads (interrupt.py)
     _INTERRUPT.install_for_command()
 
-from .api import Result, SweepResult, load, report, run, sweep
+from .api import Result, SweepResult, client_splits, load, report, run, sweep
 from .experiment.config import Config, ConfigError
 from .experiment.metrics import fairness_angle, summarize
 from .experiment.registry import ArrayData, register_algorithm, register_dataset, register_model
 from .sim import algorithms
-from .sim.algorithms import Algorithm, ClientFacts, HParams, ServerIn
+from .sim.algorithms import Algorithm, ClientFacts, HParams, Personal, ServerIn, local_optimizer
 from .sim.fairness import fair_direction, fair_weights, module_layers, tensor_layers
 from .sim.privacy import adaptive_ldp, gaussian_dp, ldp_fl
 from .sim.qp import solve_simplex_qp
@@ -31,7 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Config", "ConfigError", "run", "sweep", "load", "report", "Result", "SweepResult",
-    "Algorithm", "ServerIn", "HParams", "ClientFacts", "algorithms", "register_algorithm", "register_model", "register_dataset",
+    "Algorithm", "ServerIn", "HParams", "ClientFacts", "Personal", "local_optimizer", "client_splits", "algorithms", "register_algorithm", "register_model", "register_dataset",
     "ArrayData", "fair_direction", "fair_weights", "module_layers", "tensor_layers", "solve_simplex_qp",
     "fairness_angle", "summarize", "adaptive_ldp", "ldp_fl", "gaussian_dp",
 ]

@@ -158,12 +158,15 @@ class SweepResult:
         import pandas as pd
         from .experiment.config import flat_options
         varied = self.varied
+        final = ("mean_acc", "angle_deg", "worst10_acc")
+        if any("personal_acc" in r.final for r in self.runs):  # each client's own model, beside the global one
+            final += ("personal_acc", "personal_angle_deg")
         rows = []
         for name, r in zip(self.names, self.runs):
             opts = flat_options(r.config.to_dict())
             rows.append({"run": name, "algorithm": r.config.algorithm, "seed": r.config.seed,
                          **{k: opts.get(k) for k in varied}, "status": r.status,
-                         **{k: r.final.get(k) for k in ("mean_acc", "angle_deg", "worst10_acc")}})
+                         **{k: r.final.get(k) for k in final}})
         return pd.DataFrame(rows)
 
     def __getitem__(self, i):
@@ -218,6 +221,18 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     from .experiment.rundir import read_sweep
     entries = read_sweep(root)["runs"]
     return SweepResult(root, [load(root / e["dir"]) for e in entries], [e["name"] for e in entries])
+
+
+def client_splits(cfg: Optional[Config] = None, /, **options) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each client's ``(train_idx, test_idx)``: int64 indices into the data set's pooled examples
+    ``concat(train, test)`` (the pool the run trains and evaluates on: ``x_pool[train_idx]`` are client
+    ``i``'s training examples), for ``cfg`` (or ``Config(**options)``; options override ``cfg``'s), exactly as
+    its run partitions them (``--partition``, ``--seed``, ...; ``given``: a registered data set's own lists,
+    the test lists offset by its number of train examples). Loads the data, builds no model."""
+    from .experiment.build import client_rows, load_pool
+    cfg = _config(cfg, options)
+    part = client_rows(cfg, load_pool(cfg)).partition
+    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64)) for tr, te in zip(part.train_idx, part.test_idx)]
 
 
 def report(paths: str | Path | Sequence[str | Path], out: str | Path, *, last: int = 5) -> dict:

@@ -133,7 +133,7 @@ def test_fednova_example_matches_two_rounds_computed_by_hand(tmp_path):
     assert res.metrics["tau_eff"].iloc[1:].tolist() == pytest.approx([2.3, 2.3])
 
 
-@pytest.mark.parametrize("name", ["scaffold", "fednova"])
+@pytest.mark.parametrize("name", ["scaffold", "fednova", "ditto"])
 def test_example_runs_by_the_cli_and_resumes_exactly(tmp_path, name):
     """Two rounds by the CLI as one round then --resume for the second: the same model and metrics as
     two rounds in one go (the client and server states checkpoint)."""

@@ -97,6 +97,7 @@ def test_explore_runs_makes_a_tiny_sweep_and_tabulates_it(run_notebook):
     rows = [r for r in rows if len(r) == len(header.split()) and r[0].startswith(("fedavg_", "fedlf_"))]
     assert len(rows) == 6 and all(r[6] == "done" for r in rows), rows
     assert "4 evaluations x 8 clients" in text
+    assert "no run here evaluates personalised models" in text  # FedAvg and FedLF have no personal_model
 
 
 def test_fedalf_round_walkthrough_passes_its_checks(run_notebook):
@@ -136,6 +137,29 @@ def test_explore_runs_refuses_a_fedalf_runs_without_runs(run_notebook, tmp_path,
         run_notebook("explore_runs.ipynb")
     assert "NoRunsError" in str(e.value) and str(empty) in str(e.value)
     assert not list((tmp_path / "scratch").glob("fedalf-demo-*"))  # no demo sweep was made
+
+
+def test_explore_runs_shows_personalised_models_beside_the_global_one(run_notebook, tmp_path, monkeypatch):
+    """A Ditto run (examples/ditto.py): the notebook tabulates its personalised accuracy and angle beside
+    the global model's, as metrics.csv has them, and plots both."""
+    import fedalf_jax as fj
+    sys.path.insert(0, str(NOTEBOOKS.parent / "tests"))
+    from test_contract import _cfg
+    out = tmp_path / "mine" / "ditto"
+    fj.run(_cfg("examples.ditto:ditto", lr=0.5, server_lr=0.8, hp={"lam": 0.3}, out=str(out)), progress=False)
+    monkeypatch.setenv("FEDALF_RUNS", str(tmp_path / "mine"))
+    nb, text = run_notebook("explore_runs.ipynb")
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "personal_acc" in line and "global_acc" in line)
+    header = lines[at].split()
+    row = next(line for line in lines[at:] if line.startswith("ditto ")).split()
+    got = dict(zip(header, row[1:]))
+    m = fj.load(out).metrics.iloc[-1]
+    assert got["algorithm"] == "examples.ditto:ditto" and int(got["round"]) == 2
+    for k, col in (("global_acc", "mean_acc"), ("global_angle_deg", "angle_deg"), ("personal_acc", "personal_acc"),
+                   ("personal_angle_deg", "personal_angle_deg")):
+        assert float(got[k]) == pytest.approx(round(m[col], 4)), k
+    assert float(got["personal_acc"]) == 1.0 and float(got["global_acc"]) == pytest.approx(0.3333)
 
 
 # ---- where FEDALF_RUNS points (fedalf_jax.experiment.explore), without a kernel -------------------------

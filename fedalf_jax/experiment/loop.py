@@ -38,7 +38,7 @@ from . import metrics as M
 from .build import build
 from .config import Config, ConfigError
 from .progress import Progress, stage
-from .rundir import RunDir, scalars_of
+from .rundir import PERSONAL_KEYS, RunDir, extra_columns, scalars_of
 from .writers import WriteError
 
 
@@ -290,6 +290,10 @@ def eval_row(t: int, out, train_loss, sec: float) -> dict:
     acc = np.asarray(ev.acc, np.float64)
     row = {"round": t, **M.summarize(acc), "test_loss": float(np.mean(ev.test_loss)),
            "train_loss": math.nan if train_loss is None else float(np.mean(train_loss)), "seconds_per_round": sec}
+    if ev.personal_acc is not None:  # each client's own model (Algorithm.personal_model) on its test split
+        p = M.summarize(np.asarray(ev.personal_acc, np.float64))
+        row.update(zip(PERSONAL_KEYS, (p["mean_acc"], p["std_acc"], p["angle_deg"], p["worst10_acc"],
+                                       float(np.mean(ev.personal_loss)))))
     row.update({k: float(np.mean(v)) if np.size(v) else math.nan for k, v in rounds.items()})
     row["acc"] = acc
     return row
@@ -332,12 +336,18 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     def row0(state, variables0):
         """Round 0's row, evaluated after the first chunk so that the first round shows up sooner (its
         train loss is a pass over every training sample: most of the start-up's time on a CPU). The
-        chunks donate the state, so the initial variables were kept as a copy; the evaluation-only
+        chunks donate the state, so the initial variables were kept as a copy (and the initial client
+        states, for an algorithm that evaluates each client's own model from them); the evaluation-only
         program returns the rest of the state as it was given."""
+        variables0, duals0 = variables0
+
         def work():
-            st, out = program(state._replace(variables=variables0), hp, data, 0)
+            at0 = state._replace(variables=variables0)
+            at0 = at0 if duals0 is None else at0._replace(duals=duals0)
+            st, out = program(at0, hp, data, 0)
             tl = program.train_loss(st, hp, data)
-            return st._replace(variables=state.variables), to_host(out), to_host(tl)
+            st = st._replace(variables=state.variables)
+            return (st if duals0 is None else st._replace(duals=state.duals)), to_host(out), to_host(tl)
         with stage(progress, "evaluating round 0"):
             st, out, tl = _interruptible(work)
         record(0, out, tl, math.nan)
@@ -355,7 +365,9 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     state, hp, data = program.place(state, hp, data)
     t = start
     # The initial variables, evaluated as round 0 once the first chunk has run (``row0``).
-    variables0 = jax.tree_util.tree_map(jnp.copy, state.variables) if start == 0 else None
+    personal = program.spec.algorithm.personal_model is not None  # round 0 also evaluates the initial states
+    variables0 = (jax.tree_util.tree_map(jnp.copy, (state.variables, state.duals if personal else None))
+                  if start == 0 else None)
     try:
         with INTERRUPT.active():
             while t < cfg.rounds and any(s is not None and s.live for s in slots) and not INTERRUPT.requested:
@@ -595,7 +607,7 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
             say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
         if writer:
             slot.writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv first
-                                      extra=exp.spec.algorithm.metrics)
+                                      extra=extra_columns(exp.spec.algorithm))
             rd.clear_summary()
             rd.write_config(cfg)
             rd.write_clients(exp.source, exp.partition.summary(exp.labels))

@@ -88,7 +88,7 @@ import numpy as np
 
 from .config import (ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError, flat_options,
                      partition_ignores, privacy_guarantee)
-from .rundir import METRICS, RunDir, columns_of_file, find_runs, metric_columns
+from .rundir import METRICS, PERSONAL_KEYS, RunDir, columns_of_file, find_runs, metric_columns
 from .writers import DamagedFile, read_csv_rows
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
@@ -134,6 +134,7 @@ class Run:
     spent: Optional[dict] = None          # summary.json's privacy_spent (runs from before it: None)
     named_by: dict = dataclasses.field(default_factory=dict)  # the options naming the variant: {option: value}
     own: dict = dataclasses.field(default_factory=dict)  # the algorithm's own metrics (Algorithm.metrics) per evaluation
+    personal: dict = dataclasses.field(default_factory=dict)  # each client's own model (PERSONAL_KEYS) per evaluation
 
     @property
     def cell_key(self) -> tuple:
@@ -264,7 +265,8 @@ def _load_curves(run: Run, rd: RunDir) -> bool:
     run.clients = rd.client_accuracies(m)[order]
     standard = set(metric_columns(int(run.cfg["clients"])))
     run.own = {k: np.asarray(v, np.float64)[order] for k, v in m.items() if k not in standard
-               and not k.startswith("acc_")}
+               and not k.startswith("acc_") and k not in PERSONAL_KEYS}
+    run.personal = {k: np.asarray(m[k], np.float64)[order] for k in PERSONAL_KEYS if k in m}
     return True
 
 
@@ -476,6 +478,8 @@ def cell_row(cell: Cell, last: int) -> dict:
     row["eps_spent"], row["eps_spent_delta"] = cell_spent(cell)
     names = list(dict.fromkeys(k for r in runs for k in r.own))
     row["own_metrics"] = {k: mean_std([r.own[k][-1] for r in runs if k in r.own]) for k in names}  # not in the CSV
+    if all(r.personal for r in runs):  # each client's own model: final values, beside the global model's (not in the CSV)
+        row["personal"] = {k: mean_std([r.personal[k][-1] for r in runs]) for k in PERSONAL_KEYS}
     return row
 
 
@@ -642,6 +646,16 @@ def write_markdown(path: Path, cells: list[Cell], rows: dict, last: int, figures
         lines += _md_table(["cell", "algorithm", "metrics"], [
             [c.where, c.variant, "; ".join(f"{k} {_pm(mu, sd, 4 if abs(mu) < 100 else 1)}" for k, (mu, sd) in m.items())]
             for c, m in own])
+    mine = [(c, rows[id(c)]) for c in cells if id(c) in rows and rows[id(c)].get("personal")]
+    if mine:  # an algorithm with a personal_model: each client's own model beside the global model
+        lines += ["", "## Personalised models", "",
+                  "Each client's own model (the algorithm's personal_model) on its own test split, beside the global "
+                  "model, at the last evaluation: mean accuracy (fairness angle), worst 10% of clients' accuracy; "
+                  "mean ± std over seeds.", ""]
+        lines += _md_table(["cell", "algorithm", "global model", "personalised", "personalised worst 10%"], [
+            [c.where, c.variant, format_cell(row, "final"),
+             f"{_pm(*row['personal']['personal_acc'], 3)} ({_pm(*row['personal']['personal_angle_deg'], 1)}°)",
+             _pm(*row["personal"]["personal_worst10_acc"], 3)] for c, row in mine])
     with _writing(path):
         path.write_text("\n".join(lines), errors="surrogateescape")  # a path's bytes as the OS gave them
 

@@ -78,6 +78,22 @@ SUMMARY_KEYS = ("mean_acc", "angle", "angle_deg", "std_acc", "worst10_acc", "bes
 EVAL_KEYS = SUMMARY_KEYS + ("test_loss", "train_loss", "seconds_per_round")
 
 
+PERSONAL_KEYS = ("personal_acc", "personal_std_acc", "personal_angle_deg", "personal_worst10_acc",
+                 "personal_test_loss")
+"""The columns of an algorithm with a ``personal_model``: each client's own model on its test split (mean,
+std and worst 10% accuracy, fairness angle in degrees, mean test loss), beside the global model's."""
+
+
+def extra_columns(alg) -> list[str]:
+    """The columns ``metrics.csv`` has beyond fedalf's own for algorithm ``alg``: :data:`PERSONAL_KEYS` when it
+    has a ``personal_model``, then its own metrics (``Algorithm.metrics``)."""
+    clash = [k for k in alg.metrics if k in PERSONAL_KEYS]
+    if clash:
+        raise ConfigError(f"the algorithm's metric name {clash[0]!r} is one of fedalf's personalised-model columns; "
+                          f"rename it in Algorithm(metrics=...)")
+    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics]
+
+
 def metric_columns(num_clients: int, extra: Iterable[str] = ()) -> list[str]:
     """The columns of ``metrics.csv``; ``extra``: the algorithm's own metrics (``Algorithm.metrics``), after
     the round's and before the clients' accuracies."""

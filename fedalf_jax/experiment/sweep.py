@@ -46,7 +46,7 @@ from .config import (BOOKKEEPING, CONTINUOUS, Config, ConfigError, flat_options,
                      ignored_options)
 from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, say, train
 from .progress import Progress
-from .rundir import METRICS, RunDir, metric_columns, read_sweep, write_sweep
+from .rundir import METRICS, RunDir, extra_columns, metric_columns, read_sweep, write_sweep
 from .writers import read_csv_rows
 
 _SHORT = {"lr": "lr", "lr_decay": "lrdecay", "server_lr": "slr", "server_lr_decay": "slrdecay", "mu": "mu",
@@ -736,7 +736,7 @@ class _Group:
                                   f"from round 0")
         for (cfg, rd), start in zip(members, self.starts):  # a damaged metrics.csv, before any run writes
             if rd is not None and start and (rd.path / METRICS).is_file():
-                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, self.spec.algorithm.metrics))
+                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm)))
         self.remaining = sum(c.rounds - s for (c, _), s in zip(members, self.starts))
         self._one = None  # one run's abstract (state, hp), for abstract_inputs
 
@@ -816,7 +816,7 @@ class _Group:
         start = self.starts[i]
         rd.create()
         writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv before any change
-                             extra=self.spec.algorithm.metrics)
+                             extra=extra_columns(self.spec.algorithm))
         rd.clear_summary()
         rd.write_config(cfg)
         rd.write_clients(self.pools[i].source, self.rows[i].partition.summary(self.pools[i].y))

@@ -145,6 +145,17 @@ class Algorithm:
     * ``metrics``: the names of the scalars the server returns in ``info`` beyond :data:`SERVER_INFO`, and
       of those the clients return in ``aux["metrics"]`` (averaged over the round's clients): written to
       ``metrics.csv``, TensorBoard and the report.
+    * ``local_start(theta, state, hp) -> params`` (optional): where the client's local training starts
+      (default θ), e.g. a point derived from its state.
+    * ``local_optimizer``: ``lr_t -> optax.GradientTransformation`` (:func:`local_optimizer` makes the
+      usual ones), with a fresh optimiser state every round; ``None``: plain SGD ``w − η_l g``.
+    * ``personal``: a :class:`Personal`, a second local model ``v_i`` trained in the same round from
+      ``personal.start`` on ``f_i(v) + personal.penalty(v)`` over the same minibatches and steps (and with
+      the same optimiser) as ``w_i``; ``upload`` receives it as the keyword ``personal=`` and keeps it in the
+      client's new state. ``v_i`` never leaves the client: only ``Δ_i`` is privatised and uploaded.
+    * ``personal_model(state) -> params`` (optional): the client's own model, read from its state; the
+      evaluation then also tests each client's own model on its test split (``personal_*`` in metrics.csv).
+    * ``local_start``, ``personal.start`` and ``personal.penalty`` get ``broadcast=``/``facts=`` like ``penalty``.
     * ``hparams``: the algorithm's own numeric hyper-parameters, ``{name: default}`` (given as a dict,
       kept as a tuple of ``(name, default)`` pairs so the algorithm stays hashable): traced like ``lr``,
       read as ``hp.own[name]``, set by ``Config(hp={name: value})`` / ``--hp name=value`` and swept in one
@@ -164,6 +175,10 @@ class Algorithm:
     broadcast: Optional[Callable] = None  # server state -> pytree every client receives (keyword broadcast=)
     public_aux: Optional[bool] = None  # an auxiliary upload is post-processing of w̃ (True) or not (False)
     metrics: tuple = ()  # the algorithm's own metric names (server info beyond SERVER_INFO, aux["metrics"])
+    local_start: Optional[Callable] = None  # (theta, state, hp) -> params where local training starts (θ)
+    local_optimizer: Optional[Callable] = None  # lr_t -> optax.GradientTransformation, or None: w − η_l g
+    personal: Optional["Personal"] = None  # a second local model v_i trained in the round (Ditto's)
+    personal_model: Optional[Callable] = None  # client state -> params: the client's own model to evaluate
     hparams: Any = ()  # the algorithm's own hyper-parameters: {name: default float}, kept as ((name, default), ...)
 
     def __post_init__(self):
@@ -222,6 +237,41 @@ def _own_hparams(name: str, given) -> tuple:
         seen.add(k)
         out.append((k, float(v)))
     return tuple(out)
+
+
+class Personal(NamedTuple):
+    """A second local model ``v_i`` the client trains in the same round as ``w_i`` (Ditto's personal model):
+    from ``start(theta, state, hp) -> params`` on ``f_i(v) + penalty(theta, state, hp)(v)`` (``penalty``
+    ``None``: ``f_i`` alone), over the same minibatches, steps, learning rate and optimiser as ``w_i``.
+    The result reaches ``upload`` as the keyword ``personal=``, which keeps it in the new client state."""
+
+    start: Callable                      # (theta, state, hp) -> params
+    penalty: Optional[Callable] = None   # (theta, state, hp) -> (params -> scalar), or None
+
+
+LOCAL_OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam")
+
+
+def local_optimizer(name: str, **kw) -> Callable:
+    """``lr_t -> optax.GradientTransformation`` for ``Algorithm.local_optimizer``: ``"sgd"`` (optax.sgd: the
+    plain step, through optax), ``"momentum"`` / ``"nesterov"`` (optax.sgd with ``momentum=`` ``kw.get("beta",
+    0.9)``), ``"adam"`` (optax.adam; ``b1``, ``b2``, ``eps`` as keywords). The state starts afresh every round."""
+    import optax
+    if name not in LOCAL_OPTIMIZERS:
+        raise ValueError(f"local_optimizer: unknown optimiser {name!r}; use one of {', '.join(LOCAL_OPTIMIZERS)}")
+    if name == "sgd":
+        if kw:
+            raise ValueError(f"local_optimizer('sgd') takes no options, got {sorted(kw)}")
+        return lambda lr: optax.sgd(lr)
+    if name in ("momentum", "nesterov"):
+        beta = kw.pop("beta", 0.9)
+        if kw:
+            raise ValueError(f"local_optimizer({name!r}) takes beta=, got {sorted(kw)}")
+        return lambda lr: optax.sgd(lr, momentum=beta, nesterov=name == "nesterov")
+    bad = sorted(set(kw) - {"b1", "b2", "eps"})
+    if bad:
+        raise ValueError(f"local_optimizer('adam') takes b1=, b2=, eps=, got {bad}")
+    return lambda lr: optax.adam(lr, **kw)
 
 
 def _takes(fn, name: str) -> bool:

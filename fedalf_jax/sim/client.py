@@ -49,11 +49,13 @@ def masked_loss(model, params, stats, x, y, mask, *, train: bool, rng=None):
 
 
 def local_sgd(model, variables, x_pool, y_pool, idx, n, key, lr, *, epochs: int, batch_size: int,
-              penalty: Penalty = None, data_loss=None):
+              penalty: Penalty = None, data_loss=None, optimizer=None):
     """Plain SGD on ``f_i(w) + penalty(w)`` from ``variables``; returns the trained variables.
 
     ``data_loss(params, stats, x, y, mask, rng) -> (loss, (new_stats, _))`` defaults to the model's
     masked cross-entropy (:func:`masked_loss`); tests swap in losses with closed-form minimisers.
+    ``optimizer``: an ``optax.GradientTransformation`` stepping instead of ``w − lr·g`` (its state
+    initialised here; like the params it stays unchanged by a step with no real example); ``None``: plain SGD.
     """
     if data_loss is None:
         data_loss = lambda p, s, xb, yb, mask, rng: masked_loss(model, p, s, xb, yb, mask,  # noqa: E731
@@ -76,23 +78,31 @@ def local_sgd(model, variables, x_pool, y_pool, idx, n, key, lr, *, epochs: int,
         order = jnp.concatenate([order, jnp.zeros(padded - length, order.dtype)])
 
         def step(carry, j):
-            params, stats = carry
+            params, stats, *opt = carry
             pos = jax.lax.dynamic_slice(order, (j * batch_size,), (batch_size,))
             mask = (j * batch_size + jnp.arange(batch_size)) < n
             rows = idx[pos]
             g, new_stats = grad_fn(params, stats, x_pool[rows], y_pool[rows], mask,
                                    jax.random.fold_in(dkey, j))
             live = jnp.any(mask)
-            params = jax.tree_util.tree_map(lambda p, gi: jnp.where(live, p - lr * gi, p), params, g)
+            if optimizer is None:
+                params = jax.tree_util.tree_map(lambda p, gi: jnp.where(live, p - lr * gi, p), params, g)
+            else:
+                updates, new_opt = optimizer.update(g, opt[0], params)
+                stepped = optax.apply_updates(params, updates)
+                params = jax.tree_util.tree_map(lambda p, q: jnp.where(live, q, p), params, stepped)
+                opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], new_opt)]
             if stats is not None:
                 stats = jax.tree_util.tree_map(lambda s, ns: jnp.where(live, ns, s), stats, new_stats)
-            return (params, stats), None
+            return (params, stats, *opt), None
 
         carry, _ = jax.lax.scan(step, carry, jnp.arange(steps))
         return carry, None
 
     init = (variables["params"], variables.get("batch_stats"))
-    (params, stats), _ = jax.lax.scan(run_epoch, init, jax.random.split(key, epochs))
+    if optimizer is not None:
+        init = init + (optimizer.init(variables["params"]),)
+    (params, stats, *_), _ = jax.lax.scan(run_epoch, init, jax.random.split(key, epochs))
     return _join(params, stats)
 
 
@@ -164,8 +174,24 @@ def evaluate_clients(model, variables, x_pool, y_pool, idx, n, *, batch_size: in
 
     def one(args):
         ci, cn = args
-        mask = jnp.arange(ci.shape[0]) < cn
-        loss, (_, correct) = masked_loss(model, params, stats, x_pool[ci], y_pool[ci], mask, train=False)
-        return correct / jnp.maximum(cn, 1), loss
+        return _acc_loss(model, params, stats, x_pool, y_pool, ci, cn)
 
     return jax.lax.map(one, (idx, n), batch_size=batch_size)
+
+
+def _acc_loss(model, params, stats, x_pool, y_pool, ci, cn):
+    """Accuracy and mean loss of ``params`` on one client's (padded) split ``ci`` of ``cn`` examples."""
+    mask = jnp.arange(ci.shape[0]) < cn
+    loss, (_, correct) = masked_loss(model, params, stats, x_pool[ci], y_pool[ci], mask, train=False)
+    return correct / jnp.maximum(cn, 1), loss
+
+
+def evaluate_own_models(model, stats, params_of, states, x_pool, y_pool, idx, n, *, batch_size: int = 10):
+    """Accuracy and mean loss of every client's own model on its own split: client ``i``'s params are
+    ``params_of(states[i])`` (``states``: a pytree with a leading axis of N; ``stats``: the batch statistics
+    every model uses, or None). Processed like :func:`evaluate_clients`."""
+    def one(args):
+        st, ci, cn = args
+        return _acc_loss(model, params_of(st), stats, x_pool, y_pool, ci, cn)
+
+    return jax.lax.map(one, (states, idx, n), batch_size=batch_size)

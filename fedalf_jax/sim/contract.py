@@ -99,9 +99,18 @@ def client_metrics(aux) -> dict:
     return {}
 
 
-def check_penalty(alg, pen, theta) -> None:
+def check_params(alg, fn_name: str, got, theta, *, dtypes: bool = True):
+    """What ``fn_name`` returned (``local_start``, ``personal.start``, ``personal_model``) is shaped like θ;
+    returns it, its floating leaves in θ's dtypes when ``dtypes`` is False (a state stored in bfloat16)."""
+    fn = f"algorithm {alg.name!r}: {fn_name}"
+    check_arrays(fn, "params", got)
+    check_like(fn, "params", got, theta, expected="shaped like the params θ", dtypes=dtypes)
+    return jax.tree_util.tree_map(lambda x, t: jnp.asarray(x).astype(jnp.result_type(t)), got, theta)
+
+
+def check_penalty(alg, pen, theta, name: str = "penalty") -> None:
     """``penalty(...)`` is ``None`` or a function of the params returning a real scalar."""
-    fn = f"algorithm {alg.name!r}: penalty"
+    fn = f"algorithm {alg.name!r}: {name}"
     if pen is None:
         return
     if not callable(pen):

@@ -195,9 +195,16 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     penalty = (alg.penalty(theta, dual, hp, **alg.client_kwargs(alg.penalty, bcast, facts))
                if alg.penalty is not None else None)
     C.check_penalty(alg, penalty, theta)
-    w_vars = local_sgd(spec.model, theta_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
-                       batch_size=spec.batch_size, penalty=penalty)
+    opt = alg.local_optimizer(lr_t) if alg.local_optimizer is not None else None
+    start_vars = theta_vars
+    if alg.local_start is not None:  # local training from a point the algorithm derives (default θ)
+        start = alg.local_start(theta, dual, hp, **alg.client_kwargs(alg.local_start, bcast, facts))
+        start_vars = {**theta_vars, "params": C.check_params(alg, "local_start", start, theta)}
+    w_vars = local_sgd(spec.model, start_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
+                       batch_size=spec.batch_size, penalty=penalty, optimizer=opt)
     w = w_vars["params"]
+    if alg.personal is not None:  # the second local model v_i: same key, so the same minibatches and steps
+        kw["personal"] = personal_step(spec, theta_vars, dual, idx, n, k_train, hp, lr_t, opt, x, y, bcast, facts)
     noise_var = jnp.zeros((), jnp.float32)
     if alg.needs_noise_var and (spec.ldp != "none" or spec.dp != "none"):
         w_tilde, var = privatise(spec, k_priv, theta, w, hp, with_variance=True)
@@ -211,6 +218,31 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
         from .privacy import clip_global_norm
         delta = clip_global_norm(delta, hp.clip)
     return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, aux)
+
+
+def personal_step(spec: RoundSpec, theta_vars, state, idx, n, key, hp: HParams, lr_t, opt, x, y, bcast, facts):
+    """The client's second local model ``v_i`` (``Algorithm.personal``): local training from
+    ``personal.start`` on ``f_i(v) + personal.penalty(v)``, drawing its minibatches from the same ``key`` as
+    ``w_i``'s training (the same batches, steps, learning rate and optimiser). Its batch statistics are not
+    kept (the global model's serve its evaluation). ``v_i`` stays on the client: ``upload`` only stores it."""
+    alg = spec.algorithm
+    theta = theta_vars["params"]
+    p = alg.personal
+    if not _takes_personal(alg.upload):
+        raise C.error(f"algorithm {alg.name!r} has a personal model, but its upload has no parameter named personal "
+                      f"to receive (and keep) it; add one (docs/extending.md)")
+    v0 = C.check_params(alg, "personal.start", p.start(theta, state, hp, **alg.client_kwargs(p.start, bcast, facts)),
+                        theta)
+    pen = p.penalty(theta, state, hp, **alg.client_kwargs(p.penalty, bcast, facts)) if p.penalty is not None else None
+    C.check_penalty(alg, pen, theta, "personal.penalty")
+    v_vars = local_sgd(spec.model, {**theta_vars, "params": v0}, x, y, idx, n, key, lr_t, epochs=spec.epochs,
+                       batch_size=spec.batch_size, penalty=pen, optimizer=opt)
+    return v_vars["params"]
+
+
+def _takes_personal(fn) -> bool:
+    from .algorithms import _takes
+    return _takes(fn, "personal")
 
 
 def sample_clients(spec: RoundSpec, key):

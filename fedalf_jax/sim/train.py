@@ -15,15 +15,19 @@ import jax
 import jax.numpy as jnp
 
 from .batching import per_run
-from .client import evaluate_clients
-from .round import METRIC_KEYS, ClientData, RoundSpec, RunState, run_rounds
+from . import contract as C
+from .client import evaluate_clients, evaluate_own_models
+from .round import METRIC_KEYS, ClientData, RoundSpec, RunState, client_state_like, run_rounds
 
 
 class EvalOut(NamedTuple):
-    """The global model on every client's own test split."""
+    """The global model on every client's own test split, and (for an algorithm with a
+    ``personal_model``) every client's own model on it."""
 
     acc: Any         # [N] accuracy
     test_loss: Any   # [N] mean cross-entropy
+    personal_acc: Any = None   # [N] accuracy of each client's own model (Algorithm.personal_model), or None
+    personal_loss: Any = None  # [N] its mean cross-entropy, or None
 
 
 class ChunkOut(NamedTuple):
@@ -31,10 +35,34 @@ class ChunkOut(NamedTuple):
     eval: EvalOut    # after the chunk's last round
 
 
-def evaluate(spec: RoundSpec, variables, data: ClientData) -> EvalOut:
+def evaluate(spec: RoundSpec, variables, data: ClientData, states=()) -> EvalOut:
     """Accuracy and loss of ``variables`` on every client's test split. Under ``vmap`` over runs it is
-    mapped as the round's clients are (:func:`_eval`)."""
-    return EvalOut(*_eval(spec)(variables, data.x, data.y, data.test_idx, data.test_n))
+    mapped as the round's clients are (:func:`_eval`). With ``Algorithm.personal_model``, also each
+    client's own model, read from its state in ``states`` (the run state's per-client states)."""
+    acc, loss = _eval(spec)(variables, data.x, data.y, data.test_idx, data.test_n)
+    if spec.algorithm.personal_model is None:
+        return EvalOut(acc, loss)
+    return EvalOut(acc, loss, *_eval_personal(spec)(variables, states, data.x, data.y, data.test_idx, data.test_n))
+
+
+def _eval_personal(spec: RoundSpec):
+    """Every client's own model ``personal_model(state_i)`` on its test split, mapped like :func:`_eval`. The
+    state is stored in ``--state-dtype``: it is read back in its compute dtype, and the model cast to θ's
+    dtypes. Batch statistics (a BatchNorm model) are the global model's."""
+    alg = spec.algorithm
+    if not alg.has_client_state:
+        raise C.error(f"algorithm {alg.name!r} has a personal_model but no client state to read it from; give it "
+                      f"init_client_state (docs/extending.md)")
+
+    def f(variables, states, x, y, idx, n):
+        theta = variables["params"]
+        like = client_state_like(alg, theta)
+
+        def params_of(st):
+            st = jax.tree_util.tree_map(lambda s, l: s.astype(l.dtype), st, like)
+            return C.check_params(alg, "personal_model", alg.personal_model(st), theta, dtypes=False)
+        return evaluate_own_models(spec.model, variables.get("batch_stats"), params_of, states, x, y, idx, n)
+    return _over_runs(spec, f)
 
 
 def _eval(spec: RoundSpec):
@@ -44,6 +72,11 @@ def _eval(spec: RoundSpec):
     per run, W runs made ``W·(1 + N/10)`` trips); with ``client_map="map"`` (the CPU's) once per run
     (:func:`per_run`): each run's evaluation in a single run's shapes, as its clients are trained."""
     f = lambda v, x, y, idx, n: evaluate_clients(spec.model, v, x, y, idx, n)  # noqa: E731
+    return _over_runs(spec, f)
+
+
+def _over_runs(spec: RoundSpec, f):
+    """``f`` batched over a sweep's runs with ``client_map="vmap"``, mapped once per run with ``"map"``."""
     return f if spec.client_map == "vmap" else per_run(f)
 
 
@@ -64,6 +97,6 @@ def make_chunk(spec: RoundSpec, length: int):
             state, rounds = run_rounds(spec, state, hp, data, length)
         else:
             rounds = {k: jnp.zeros((0,), jnp.float32) for k in METRIC_KEYS}
-        return state, ChunkOut(rounds, evaluate(spec, state.variables, data))
+        return state, ChunkOut(rounds, evaluate(spec, state.variables, data, state.duals))
 
     return chunk
