@@ -456,4 +456,10 @@ mutate examples/fedadam.py 'vv - (1.0 - b2) * dd * dd * jnp.sign(vv - dd * dd)' 
   "ownhp: FedYogi's second moment with the sign flipped" "$OH -k by_hand"
 mutate examples/fedadam.py 'jnp.where(s.t == 0, jnp.square(tau).astype(x.dtype), x)' 'x' \
   "ownhp: FedAdam's v starts at 0, not tau^2" "$OH -k by_hand"
+# issue 29 item 1: fedalf bench --pytorch, FedAvg's CNN round against a lean PyTorch loop (label "torchcmp")
+TB=tests/test_bench.py
+mutate fedalf_jax/experiment/bench.py 'res["compiled_s_per_round"] / res["pytorch_s_per_round"]' \
+  'res["pytorch_s_per_round"] / res["compiled_s_per_round"]' "torchcmp: the ratio printed is PyTorch / fedalf" "$TB -k pytorch"
+mutate fedalf_jax/experiment/bench.py '"--batch-size", str(cfg.batch_size),' '"--batch-size", "50",' \
+  "torchcmp: the PyTorch loop runs its default batch size, not the round's" "$TB -k pytorch"
 exit $status
