@@ -510,7 +510,8 @@ def _cmd_bench(args) -> int:
     if args.sweep_width and any(w < 1 for w in args.sweep_width):
         raise ConfigError(f"--sweep-width values must be positive integers, got {args.sweep_width}")
     if args.pytorch and (args.suite or args.sweep_width):
-        raise ConfigError(f"--pytorch times one round; it does not go with {'--suite' if args.suite else '--sweep-width'}")
+        other = "--suite" if args.suite else "--sweep-width"
+        raise ConfigError(f"--pytorch times one round; it does not go with {other}")
     if args.suite:
         return _bench_suite(args)
     for flag, v in (("--part", args.part), ("--budget", args.budget)):
