@@ -482,4 +482,11 @@ mutate fedalf_jax/sim/round.py '        start_vars = {**theta_vars, "params": C.
 mutate fedalf_jax/api.py '    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64)) for tr, te in' \
   '    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64) - len(tr)) for tr, te in' \
   "personal: client_splits' test indices off" "$PT -k client_splits"
+
+# issue 29 item 1: fedalf bench --pytorch, FedAvg's CNN round against a lean PyTorch loop (label "torchcmp")
+TB=tests/test_bench.py
+mutate fedalf_jax/experiment/bench.py 'res["compiled_s_per_round"] / res["pytorch_s_per_round"]' \
+  'res["pytorch_s_per_round"] / res["compiled_s_per_round"]' "torchcmp: the ratio printed is PyTorch / fedalf" "$TB -k pytorch"
+mutate fedalf_jax/experiment/bench.py '"--batch-size", str(cfg.batch_size),' '"--batch-size", "50",' \
+  "torchcmp: the PyTorch loop runs its default batch size, not the round's" "$TB -k pytorch"
 exit $status

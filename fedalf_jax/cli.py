@@ -388,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--depth-rounds", type=int, default=12, metavar="R",
                    help="rounds counted by --depth-width (default 12: FedALF's history rows fill within the "
                         "first N/m rounds, and the QPs grow with them)")
+    b.add_argument("--pytorch", default=None, metavar="PYTHON",
+                   help="opt-in: also time FedAvg's CNN round as a lean PyTorch loop (experiments/torch_round.py, "
+                        "run by the interpreter PYTHON, which must have torch: python -m venv X && X/bin/pip "
+                        "install torch numpy) with the same clients per round, examples, batch size, epochs and "
+                        "step size, after this round's own timing, and print both and their ratio fedalf/PyTorch; "
+                        "the algorithm is FedAvg unless given, the model the CNN (default: none: no PyTorch)")
     b.add_argument("--suite", default=None, choices=("gpu", "smoke"),
                    help="a fixed list of measurements, each written to --out as <name>.json (and its line of "
                         "the printed table) as soon as it is measured: gpu: round time of the CNN and the MLP "
@@ -503,12 +509,18 @@ def _cmd_bench(args) -> int:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
     if args.sweep_width and any(w < 1 for w in args.sweep_width):
         raise ConfigError(f"--sweep-width values must be positive integers, got {args.sweep_width}")
+    if args.pytorch and (args.suite or args.sweep_width):
+        other = "--suite" if args.suite else "--sweep-width"
+        raise ConfigError(f"--pytorch times one round; it does not go with {other}")
     if args.suite:
         return _bench_suite(args)
     for flag, v in (("--part", args.part), ("--budget", args.budget)):
         if v is not None:
             raise ConfigError(f"{flag} goes with --suite")
     cfg = config_from_args(args)
+    if args.pytorch and "algorithm" not in _given(args) and not (args.config and "algorithm" in json.loads(
+            Path(args.config).read_text())):
+        cfg = cfg.replace(algorithm="fedavg")  # the PyTorch loop is FedAvg's
     if args.sweep_width and "model" not in _given(args) and not (args.config and "model" in json.loads(
             Path(args.config).read_text())):
         cfg = cfg.replace(model="mlp")  # CPU-sized: the CNN's widths only when asked (--model cnn)
@@ -528,7 +540,7 @@ def _cmd_bench(args) -> int:
                     raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {depth}")
                 res = B.stoppable(bench, cfg, repeats=repeats, sequential=not args.no_sequential,
                                   depth_widths=[w for w in depth if w > 0], depth_rounds=args.depth_rounds,
-                                  progress=B.say, partial=partial)
+                                  progress=B.say, partial=partial, pytorch=args.pytorch)
     except B.BenchStopped as e:  # Ctrl-C: the table of what was measured, exit 130
         res = {**partial, "interrupted": True}
         done = bool(res.get("widths")) if args.sweep_width else "compiled_s_per_round" in res

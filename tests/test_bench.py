@@ -219,3 +219,91 @@ def test_gpu_session_steps_fit_the_device_limit():
     for argv, msg in ((["9"], "usage"), (["2", "541"], "60..540")):
         r = subprocess.run(["bash", str(SESSION), *argv], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 2 and msg in r.stderr
+
+
+# ---- fedalf bench --pytorch PYTHON (issue 29): FedAvg's CNN round against a lean PyTorch loop -------------
+
+import os  # noqa: E402
+
+TORCH_PY = os.environ.get("FEDALF_TORCH_PYTHON", "/work/torchvenv/bin/python")  # an interpreter with torch
+
+
+def _stub(path: Path, body: str) -> str:
+    """A fake interpreter: a shell script that answers the torch check (``-c ...``) and ``torch_round.py``."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["missing", "no torch"])
+def test_pytorch_without_an_interpreter_with_torch_is_one_line(tmp_path, capsys, kind):
+    python = (str(tmp_path / "nope" / "python") if kind == "missing" else
+              _stub(tmp_path / "py", "echo \"ModuleNotFoundError: No module named 'torch'\" >&2; exit 1\n"))
+    code = main(["bench", "--pytorch", python, "--dataset", "synthetic", "--json", str(tmp_path / "b.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "python -m venv X && X/bin/pip install torch" in err and python in err
+    assert ("no such interpreter" if kind == "missing" else "cannot import torch (ModuleNotFoundError") in err
+    assert "fedalf bench: loading" not in err and not (tmp_path / "b.json").exists()  # nothing was built
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--algorithm", "fedalf"], "--pytorch compares FedAvg's CNN round"),
+    (["--model", "mlp"], "--pytorch compares FedAvg's CNN round"),
+    (["--synthetic-like", "cifar10"], "random data of its shape"),
+    (["--sweep-width", "2"], "does not go with --sweep-width"),
+])
+def test_pytorch_other_rounds_are_refused(tmp_path, capsys, argv, needle):
+    python = _stub(tmp_path / "py", "echo 9.9\n")
+    assert main(["bench", "--pytorch", python, "--dataset", "synthetic", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_pytorch_ratio_is_the_compiled_round_over_the_loop(tmp_path, capsys):
+    """The wiring, with a fake interpreter whose PyTorch round takes 0.25 s: the flags it gets match the
+    round's settings, and the table's and the JSON's ratio is the compiled round's median / 0.25."""
+    got = tmp_path / "argv.txt"
+    line = ('{"s_per_round": 0.25, "times": [0.3, 0.25, 0.2], "torch": "9.9.9", "threads": 7, '
+            '"steps_per_client": 2}')
+    python = _stub(tmp_path / "py", f'if [ "$1" = "-c" ]; then echo 9.9.9; exit 0; fi\n'
+                                    f'echo "$@" > {got}\necho progress\necho \'{line}\'\n')
+    out = tmp_path / "b.json"
+    argv = ["bench", "--pytorch", python, "--dataset", "synthetic", "--clients", "6", "--clients-per-round", "3",
+            "--synthetic-train", "300", "--synthetic-test", "60", "--repeats", "2", "--no-sequential",
+            "--batch-size", "40", "--lr", "0.03", "--json", str(out)]
+    assert main(argv) == 0
+    res = json.loads(out.read_text())
+    assert (res["algorithm"], res["model"]) == ("fedavg", "cnn")  # FedAvg unless given
+    assert res["pytorch"]["python"] == python and res["pytorch_s_per_round"] == 0.25
+    assert res["fedalf_over_pytorch"] == res["compiled_s_per_round"] / 0.25
+    flags = got.read_text().split()
+    assert flags[0] == str(B.TORCH_SCRIPT) and "--synthetic" in flags
+    given = dict(zip(flags[1::2], flags[2::2]))
+    assert given == {"--clients": "6", "--clients-per-round": "3", "--examples-per-client": "62",  # 300 / 6 ≈ 50, padded
+                     "--batch-size": "40", "--epochs": "1", "--lr": "0.03", "--rounds": "2", "--seed": "0"}
+    assert res["steps_per_client"] == 2  # ceil(62 / 40), the loop's too
+    printed = capsys.readouterr().out
+    _check_table(printed.replace("convolution", "").replace("conv_impl", ""))
+    assert re.search(r"PyTorch loop +250 ms/round +the same round as a lean PyTorch 9\.9\.9 loop, 7 threads", printed)
+    assert re.search(rf"fedalf / PyTorch +{re.escape(B.sig(res['compiled_s_per_round'] / 0.25))}× ", printed)
+
+
+def test_bench_without_pytorch_has_no_pytorch_rows():
+    assert "PyTorch" not in B.format_bench(_result())
+    text = B.format_bench(_result(pytorch={"torch": "2.0", "threads": 2}, pytorch_s_per_round=0.2469,
+                                  fedalf_over_pytorch=0.5000123))
+    assert re.search(r"PyTorch loop +247 ms/round .*PyTorch 2\.0 loop, 2 threads", text), text
+    assert re.search(r"fedalf / PyTorch +0\.500× +compiled round / PyTorch loop", text), text
+
+
+@pytest.mark.skipif(not os.path.exists(TORCH_PY), reason=f"no interpreter with torch at {TORCH_PY} "
+                                                          f"(set FEDALF_TORCH_PYTHON)")
+def test_torch_round_runs_and_prints_its_json():
+    r = subprocess.run([TORCH_PY, str(B.TORCH_SCRIPT), "--synthetic", "--rounds", "1", "--warmup", "0",
+                        "--clients", "4", "--clients-per-round", "2", "--examples-per-client", "100"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["s_per_round"] > 0 and len(res["times"]) == 1 and res["steps_per_client"] == 2
+    assert res["data"] == "synthetic" and res["threads"] >= 1 and res["torch"]

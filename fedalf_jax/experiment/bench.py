@@ -1,17 +1,24 @@
 """Round throughput (``fedalf bench``): the compiled vmapped round against a sequential
 per-client loop of the same math (the same ``client_step`` jitted for one client, called in a
 Python loop, then the same ``server_step``), measured in one process. Medians after compile.
+Opt-in (``--pytorch PYTHON``): FedAvg's CNN round against a lean PyTorch loop of the same round
+(``experiments/torch_round.py``, run by that interpreter in a subprocess).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import resource
+import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +28,7 @@ from ..problem.models import default_conv_impl
 from ..sim.client import steps_per_epoch
 from ..sim.round import client_phase, client_step, init_state, round_keys, run_rounds, sample_clients, server_step
 from .build import build
-from .config import Config
+from .config import Config, ConfigError
 
 
 def sequential_round(spec, client_j, server_j, sel_j, state, hp, data):
@@ -47,15 +54,21 @@ def make_sequential(spec):
 
 
 def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_widths=(), depth_rounds: int = 12,
-          progress=None, partial: dict | None = None) -> dict:
+          progress=None, partial: dict | None = None, pytorch: str | None = None) -> dict:
     """Round time of ``cfg``'s compiled round (and the sequential loop), the server step's time, and
-    with ``depth_widths`` (FedLF/FedALF) the server's sequential depth (:func:`server_depth`).
+    with ``depth_widths`` (FedLF/FedALF) the server's sequential depth (:func:`server_depth`). With
+    ``pytorch`` (an interpreter that has torch; ``cfg`` a FedAvg CNN round, :func:`check_pytorch_config`),
+    the same round as a lean PyTorch loop (:func:`pytorch_round`) and ``fedalf_over_pytorch``, the
+    compiled round's time over the PyTorch loop's.
 
     ``progress``: called with one line per measurement, with its expected duration once the first timed
     round gives one (``fedalf bench`` prints them on stderr). ``partial``: the result dict, filled as
     each figure is measured (a Ctrl-C keeps what is in it)."""
     say = progress or (lambda line: None)
     res = {} if partial is None else partial
+    if pytorch is not None:  # before anything slow: one line and no measurement when it cannot run
+        check_pytorch_config(cfg)
+        torch_version = check_pytorch(pytorch)
     say(f"loading the data and building the {cfg.algorithm} round (model {cfg.model}, {cfg.dataset} data)")
     exp = build(cfg)
     spec, hp, data = exp.spec, exp.hp, exp.data
@@ -100,6 +113,14 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
         res["sequential_s_per_round"] = statistics.median(times["sequential"])
         res["sequential_times"] = times["sequential"]
         res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
+    if pytorch is not None:
+        guess = (repeats + 1) * 2 * res["compiled_s_per_round"]
+        say(f"timing a lean PyTorch {torch_version} loop of the same round ({TORCH_SCRIPT.name} run by {pytorch}): "
+            f"a warm-up round and {repeats} timed, ~{duration(guess)} if it takes twice the compiled round")
+        data_dir = exp.source if cfg.dataset == "fmnist" and os.path.isdir(exp.source) else None
+        res["pytorch"] = pytorch_round(pytorch, pytorch_args(cfg, int(data.train_idx.shape[1]), repeats, data_dir))
+        res["pytorch_s_per_round"] = res["pytorch"]["s_per_round"]
+        res["fedalf_over_pytorch"] = res["compiled_s_per_round"] / res["pytorch_s_per_round"]
     say(f"timing the server step alone: compiling, then {repeats} calls of "
         f"< {duration(res['compiled_s_per_round'])} each")
     res["server_s"] = server_seconds(spec, state, hp, data, repeats)
@@ -109,6 +130,97 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
                                            round_s=res["compiled_s_per_round"])
     res["peak_memory_mb"] = _peak_memory_mb()
     return res
+
+
+# ---- the PyTorch yardstick (fedalf bench --pytorch PYTHON) --------------------------------------------------
+
+TORCH_SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "torch_round.py"
+MAKE_PYTORCH = "make one with: python -m venv X && X/bin/pip install torch numpy, then pass --pytorch X/bin/python"
+_CHILDREN: set = set()  # the PyTorch subprocesses running, killed when Ctrl-C abandons a measurement
+
+
+def check_pytorch_config(cfg: Config) -> None:
+    """The PyTorch loop is FedAvg's CNN on Fashion-MNIST-shaped data: a one-line :class:`ConfigError` otherwise."""
+    from ..problem.data import DataError, dataset_info
+    if cfg.algorithm != "fedavg" or cfg.model != "cnn":
+        raise ConfigError(f"--pytorch compares FedAvg's CNN round; this is {cfg.algorithm} with model {cfg.model} "
+                          f"(drop --algorithm/--model, or give --algorithm fedavg --model cnn)")
+    try:
+        info = dataset_info(cfg.dataset, synthetic_like=cfg.synthetic_like)
+    except DataError:
+        info = None
+    if cfg.dataset not in ("fmnist", "synthetic") or info != ((28, 28, 1), 10):
+        raise ConfigError(f"--pytorch: the PyTorch loop reads Fashion-MNIST or random data of its shape (28x28x1, "
+                          f"10 classes); {cfg.dataset} data is not that")
+    if not TORCH_SCRIPT.is_file():
+        raise ConfigError(f"--pytorch needs {TORCH_SCRIPT} (in a checkout of the repository, not in an installed "
+                          f"package)")
+
+
+def check_pytorch(python: str) -> str:
+    """``python``'s torch version; a one-line :class:`ConfigError` saying how to make one when ``python`` is
+    missing, cannot run, or has no torch."""
+    exe = shutil.which(python)
+    if exe is None:
+        raise ConfigError(f"--pytorch {python}: no such interpreter; {MAKE_PYTORCH}")
+    try:
+        r = subprocess.run([exe, "-c", "import numpy, torch; print(torch.__version__)"], capture_output=True,
+                           text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ConfigError(f"--pytorch {python}: cannot run it ({type(e).__name__}: {e}); {MAKE_PYTORCH}") from None
+    if r.returncode != 0 or not r.stdout.strip():
+        last = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
+        raise ConfigError(f"--pytorch {python}: it cannot import torch ({last}); {MAKE_PYTORCH}")
+    return r.stdout.strip().splitlines()[-1]
+
+
+def pytorch_args(cfg: Config, examples_per_client: int, rounds: int, data_dir: str | None) -> list[str]:
+    """experiments/torch_round.py's flags for ``cfg``'s round: its clients, clients per round, examples per
+    client (the padded length the compiled round steps through), batch size, epochs, step size and seed;
+    ``data_dir`` (Fashion-MNIST's folder) or random data of the same shape."""
+    args = ["--clients", str(cfg.clients), "--clients-per-round", str(cfg.clients_per_round),
+            "--examples-per-client", str(examples_per_client), "--batch-size", str(cfg.batch_size),
+            "--epochs", str(cfg.local_epochs), "--lr", repr(float(cfg.lr)), "--rounds", str(rounds),
+            "--seed", str(cfg.seed)]
+    return args + (["--data-dir", data_dir] if data_dir else ["--synthetic"])
+
+
+def pytorch_round(python: str, args: list[str]) -> dict:
+    """Run experiments/torch_round.py with ``python`` and ``args``; its JSON line (``s_per_round``, ``times``,
+    ``torch``, ``threads``, ...) with ``python`` added. A run that fails: a one-line :class:`ConfigError`.
+    A Ctrl-C (the run loop's ``INTERRUPT``) kills it and raises :class:`BenchStopped`."""
+    from .loop import INTERRUPT
+    cmd = [shutil.which(python) or python, str(TORCH_SCRIPT), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _CHILDREN.add(proc)
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if INTERRUPT.requested:
+                    raise BenchStopped() from None
+    finally:
+        _kill(proc)
+    if INTERRUPT.requested:  # the Ctrl-C reached the subprocess first
+        raise BenchStopped()
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    try:
+        res = json.loads(lines[-1])
+        float(res["s_per_round"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        last = (err.strip().splitlines() or out.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise ConfigError(f"--pytorch: {TORCH_SCRIPT.name} run by {python} gave no result "
+                          f"(exit status {proc.returncode}): {last}") from None
+    return {**res, "python": python}
+
+
+def _kill(proc) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    _CHILDREN.discard(proc)
 
 
 def server_seconds(spec, state, hp, data, repeats: int) -> float:
@@ -280,6 +392,8 @@ def stoppable(fn, *args, **kw):
     t.start()
     while t.is_alive():
         if INTERRUPT.requested:
+            for proc in list(_CHILDREN):  # a PyTorch loop in flight ends with the measurement
+                _kill(proc)
             raise BenchStopped(worker=t)
         t.join(0.1)
     if "err" in box:
@@ -624,6 +738,13 @@ def format_bench(res: dict) -> str:
                      "the same math, one jitted call per client, then the server step"))
         rows.append(("speedup", f"{sig(res['speedup'])}×", "sequential loop / compiled round"))
     work = _SERVER_WORK.get(algo, "the weighted mean of the uploads and the model update")
+    if "pytorch_s_per_round" in res:
+        pt = res["pytorch"]
+        rows.append(("PyTorch loop", duration(res["pytorch_s_per_round"]) + "/round",
+                     f"the same round as a lean PyTorch {pt.get('torch', '?')} loop, {pt.get('threads', '?')} "
+                     f"threads (experiments/torch_round.py)"))
+        rows.append(("fedalf / PyTorch", f"{sig(res['fedalf_over_pytorch'])}×",
+                     "compiled round / PyTorch loop (< 1: fedalf is faster)"))
     if "server_s" in res:
         rows.append(("server step", duration(res["server_s"]) + "/round",
                      f"server share {sig(100 * res['server_share'])}% of the compiled round: {work}, timed alone"))
