@@ -479,6 +479,11 @@ mutate fedalf_jax/sim/client.py '                opt = [jax.tree_util.tree_map(l
   "$PT -k local_optimizer"
 mutate fedalf_jax/sim/round.py '        start_vars = {**theta_vars, "params": C.check_params(alg, "local_start", start, theta)}' \
   '        start_vars = theta_vars' "personal: local training from θ whatever local_start says" "$PT -k local_start"
+mutate fedalf_jax/experiment/build.py '    return dataclasses.replace(alg, local_optimizer=A.local_optimizer(cfg.local_optimizer))' \
+  '    return alg' "personal: --local-optimizer ignored" "$PT -k local_optimizer_option"
+mutate fedalf_jax/experiment/config.py '        if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)' \
+  '        if False:  # as before the option existed (identities, digests, config.json)' \
+  "personal: local_optimizer=None recorded (old checkpoints' identity changes)" "$PT -k local_optimizer_option"
 mutate fedalf_jax/api.py '    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64)) for tr, te in' \
   '    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64) - len(tr)) for tr, te in' \
   "personal: client_splits' test indices off" "$PT -k client_splits"

@@ -29,6 +29,7 @@ _CHOICES = {
     "partition": C.PARTITIONS, "assign": C.ASSIGNS, "ldp": C.LDPS, "dp": C.DPS, "client_grad": C.CLIENT_GRADS, "layers": C.LAYERS,
     "server_target": C.SERVER_TARGETS, "dual_from": C.DUAL_FROM, "ldp_on": C.LDP_ON, "fair_norm": C.FAIR_NORMS, "qp_method": C.QP_METHODS, "log": C.LOGS,
     "neighbouring": C.NEIGHBOURING, "state_dtype": C.STATE_DTYPES, "matmul_precision": C.MATMUL_PRECISIONS,
+    "local_optimizer": C.LOCAL_OPTIMIZERS,
     "data_source": ("auto", "dir", "tfds"), "client_map": C.CLIENT_MAPS, "run_map": C.CLIENT_MAPS, "synthetic_like": ("fmnist", "cifar10", "cifar100"),
 }
 _HELP = {
@@ -96,6 +97,9 @@ _HELP = {
           "DP-FedAvg (each upload clipped to --clip, the server adds noise calibrated so the whole run is "
           "(--epsilon, --delta)-DP; fedalf/fedlf need --history off); none",
     "seed": "run seed (data partition, sampling, initialisation, noise)",
+    "local_optimizer": "the clients' local optimiser (optax, its state fresh each round): sgd, momentum or nesterov "
+                       "(β 0.9), adam (optax's defaults); for an algorithm that does not choose its own (default: "
+                       "the algorithm's own; plain SGD w − η_l·g for the built-ins)",
     "hp": "the algorithm's own hyper-parameters, NAME=VALUE (repeatable; e.g. --hp beta1=0.9 beta2=0.99): the names "
           "its Algorithm(hparams=...) declares, traced like --lr (default: the algorithm's declared values)",
 }

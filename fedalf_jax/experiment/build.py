@@ -42,7 +42,19 @@ def hparams(cfg: Config) -> A.HParams:
 
 def algorithm(cfg: Config, layer_of) -> A.Algorithm:
     """The algorithm's keyword factory called with the config's static choices (a registered or
-    ``module:attribute`` algorithm: its factory, :mod:`.registry`)."""
+    ``module:attribute`` algorithm: its factory, :mod:`.registry`), with ``cfg.local_optimizer`` as its local
+    optimiser when one is given (an algorithm that chooses its own refuses it)."""
+    alg = _algorithm(cfg, layer_of)
+    if cfg.local_optimizer is None:
+        return alg
+    if alg.local_optimizer is not None:
+        raise ConfigError(f"local_optimizer {cfg.local_optimizer!r}: algorithm {cfg.algorithm!r} chooses its own local "
+                          f"optimiser (Algorithm.local_optimizer); drop --local-optimizer, or build the algorithm "
+                          f"without one")
+    return dataclasses.replace(alg, local_optimizer=A.local_optimizer(cfg.local_optimizer))
+
+
+def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
     if cfg.algorithm not in ALGORITHMS:
         try:
             alg = registry.make_algorithm(cfg.algorithm, layer_of)

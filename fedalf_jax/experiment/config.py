@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..notices import Notice
-from ..sim.algorithms import DUAL_FROM, FACTORIES, FAIR_NORMS, SERVER_TARGETS
+from ..sim.algorithms import DUAL_FROM, FACTORIES, FAIR_NORMS, LOCAL_OPTIMIZERS, SERVER_TARGETS
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, NEIGHBOURING, gaussian_epsilon
 from . import registry
 
@@ -141,7 +141,7 @@ def ignored_options(cfg: "Config") -> dict[str, str]:
         return partition_ignores(cfg.partition)
     out = {**partition_ignores(cfg.partition), **{k: "" for k, users in USED_BY.items() if algo not in users}}
     if algo == "fedlf" and cfg.client_grad == "full":  # no local training: the client sends ∇f_i(θ_t)
-        out.update(lr="client_grad=full", lr_decay="client_grad=full")
+        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full")
     if algo == "qfedavg":  # its step is set by its h_i (dp central, whose noise reads η_g, refuses qfedavg)
         out.update(server_lr="", server_lr_decay="")
     if cfg.ldp == "none" and cfg.dp == "none":
@@ -222,6 +222,9 @@ class Config:
     # the algorithm's own hyper-parameters (Algorithm.hparams): {name: value}, overriding its declared defaults;
     # traced like lr (hp.own[name]); config.json and the identity record them resolved (defaults filled in)
     hp: dict = dataclasses.field(default_factory=dict)
+    # the clients' local optimiser for an algorithm that does not choose its own (Algorithm.local_optimizer):
+    # sgd, momentum, nesterov (β 0.9) or adam (optax defaults); None: the algorithm's own, plain SGD w − η_l g
+    local_optimizer: Optional[str] = None
     # privacy (docs/privacy.md)
     ldp: str = "none"
     ldp_on: Optional[str] = None  # weights (the paper's reading) or update (a private run's default)
@@ -327,6 +330,8 @@ class Config:
             d["hp"] = hp
         else:
             del d["hp"]
+        if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)
+            del d["local_optimizer"]
         return d
 
     def identity(self) -> dict:
@@ -465,6 +470,8 @@ class Config:
         _choice("run_map", self.run_map, CLIENT_MAPS)
         _choice("log", self.log, LOGS)
         _choice("state_dtype", self.state_dtype, STATE_DTYPES)
+        if self.local_optimizer is not None:
+            _choice("local_optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
         _choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         _choice("neighbouring", self.neighbouring, NEIGHBOURING)
         if self.history_tau is not None:
