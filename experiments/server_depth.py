@@ -2,7 +2,7 @@
 MLP and CNN on FMNIST, 12 rounds (docs/benchmarks.md).  python experiments/server_depth.py [mlp|cnn ...]"""
 import json, sys, time
 from fedalf_jax.experiment.config import Config
-from fedalf_jax.experiment.bench import server_depth
+from fedalf_jax.bench import server_depth
 models = sys.argv[1:] or ["mlp", "cnn"]
 for model, method, run_map, widths in [("mlp", "osqp", "map", (1, 8)), ("mlp", "auto", "vmap", (1, 8)),
                                        ("cnn", "auto", "vmap", (1, 8)), ("cnn", "osqp", "map", (1, 8))]:

@@ -62,13 +62,13 @@ mutate fedalf_jax/experiment/loop.py "length = min(cfg.eval_every - t % cfg.eval
   "length = min(cfg.eval_every, cfg.rounds - t)" "glue: an extended run's chunks leave the evaluation grid" "$G -k off_the_eval_grid"
 mutate fedalf_jax/experiment/rundir.py "path = avail[max(avail) if round is None else round]" "path = avail[max(avail)]" \
   "glue: load_checkpoint(round=r) returns the last checkpoint" "$G -k load_checkpoint"
-mutate fedalf_jax/experiment/report.py "cell.eta = max(sorted(cell.scores), key" "cell.eta = max(sorted(cell.scores, reverse=True), key" \
+mutate fedalf_jax/reporting/runs.py "cell.eta = max(sorted(cell.scores), key" "cell.eta = max(sorted(cell.scores, reverse=True), key" \
   "glue: eta ties go to the larger eta" "$G -k eta_tie"
-mutate fedalf_jax/experiment/report.py "trained = values[run.rounds > 0]" "trained = values" \
+mutate fedalf_jax/reporting/tables.py "trained = values[run.rounds > 0]" "trained = values" \
   "glue: the last-K mean includes round 0" "$G -k last_k_mean"
-mutate fedalf_jax/experiment/report.py "return trained[-last:] if trained.size" "return trained[last:] if trained.size" \
+mutate fedalf_jax/reporting/tables.py "return trained[-last:] if trained.size" "return trained[last:] if trained.size" \
   "glue: the last-K mean drops the first K evaluations instead" "$G -k last_k_mean"
-mutate fedalf_jax/experiment/report.py "    messages += last_k_notes(chosen, last)" "    pass" \
+mutate fedalf_jax/reporting/__init__.py "    messages += last_k_notes(chosen, last)" "    pass" \
   "glue: fewer than K evaluations, silently" "$G -k last_k_mean"
 mutate fedalf_jax/experiment/sweep.py "    calls = 0
     plans, total = [], 0
@@ -126,7 +126,7 @@ mutate fedalf_jax/sim/fairness.py "trips = trips + 1 + jnp.max(jnp.where(nonempt
   "trips = 1 + jnp.max(jnp.where(nonempty, iters, 0))" "gpu: qp_iters counts only the last merge step" "$F -k sequential_trips"
 mutate fedalf_jax/sim/fairness.py "trips = trips + 1 + jnp.max(jnp.where(nonempty, iters, 0))" \
   "trips = trips + jnp.max(jnp.where(nonempty, iters, 0))" "gpu: qp_iters leaves out the merge loop's own trips" "$F -k sequential_trips"
-mutate fedalf_jax/experiment/bench.py 'per_round = trips.max(0) if side_by_side else trips.sum(0)' 'per_round = trips.max(0)' \
+mutate fedalf_jax/bench/depth.py 'per_round = trips.max(0) if side_by_side else trips.sum(0)' 'per_round = trips.max(0)' \
   "gpu: runs one after another counted as side by side" "$B -k both_timings"
 mutate fedalf_jax/sim/qp.py "    lam, it = jax.vmap(lambda q, k, x: _solve_active(q, k, x, maxiter, tol))(Qs, ms, uni)" \
   "    lam, it = jax.vmap(lambda q, k, x: _solve_active(q, k, x, maxiter, tol))(Qs, ms, uni); it = jnp.broadcast_to(jnp.max(it), it.shape)" \
@@ -193,7 +193,7 @@ mutate fedalf_jax/cli.py '    if getattr(main_spec, "name", None) == "fedalf_jax
   "signals: python -m fedalf_jax.cli hinted as a bare fedalf" "$SG -k sweep_saves"
 mutate fedalf_jax/cli.py '        return shlex.quote(_shortest(argv0))' '        return "fedalf"' \
   "signals: .venv/bin/fedalf hinted as a bare fedalf" "$SG -k sigterm_saves"
-mutate fedalf_jax/experiment/report.py '({resume_hint(rundirs, skipped)})' '(fedalf sweep --resume)' \
+mutate fedalf_jax/reporting/__init__.py '({resume_hint(rundirs, skipped)})' '(fedalf sweep --resume)' \
   "signals: report tells a single run to resume as a sweep" "$SG -k report_of_an_interrupted_run"
 mutate fedalf_jax/cli.py '    with INTERRUPT.command(), shown_notices():' '    with INTERRUPT.command():' \
   "signals: integrity notices hidden by PYTHONWARNINGS=ignore" "$SG -k notice"
@@ -217,14 +217,13 @@ mutate fedalf_jax/experiment/rundir.py '.encode(errors="surrogateescape"), 0)' '
   "files: the lock's holder line of a non-UTF-8 --out (item 10)" "$TF -k utf8"
 mutate fedalf_jax/cli.py '            stream.reconfigure(errors="backslashreplace")' '            pass' \
   "files: a non-UTF-8 --out printed on a strict stdout (item 10)" "$TF -k utf8"
-mutate fedalf_jax/experiment/report.py '        path.write_text("\n".join(lines), errors="surrogateescape")' '        path.write_text("\n".join(lines))' \
+mutate fedalf_jax/reporting/tables.py '        path.write_text("\n".join(lines), errors="surrogateescape")' '        path.write_text("\n".join(lines))' \
   "files: report.md naming a non-UTF-8 folder (item 10)" "$TF -k utf8"
 # issue #29 items 4-6: fedalf bench a user can run, the GPU kit, the disk line, newer jax (labels start with "kit"),
 # tests/test_gpu_kit.py
 K=tests/test_gpu_kit.py
-mutate fedalf_jax/experiment/bench.py '        if INTERRUPT.requested:
-            raise BenchStopped(worker=t)' '        pass' "kit: Ctrl-C waits for the measurement in flight" "$K -k ctrl_c"
-mutate fedalf_jax/experiment/bench.py '    return compile_s + (wall - compile_s) * width / w' '    return wall * width / w' \
+mutate fedalf_jax/bench/stop.py '            raise BenchStopped(worker=t)' '            pass' "kit: Ctrl-C waits for the measurement in flight" "$K -k ctrl_c"
+mutate fedalf_jax/bench/timing.py '    return compile_s + (wall - compile_s) * width / w' '    return wall * width / w' \
   "kit: a sweep width predicted from the last width's whole wall time" "$K -k prediction"
 mutate fedalf_jax/cli.py '        cfg = cfg.replace(model="mlp")  # CPU-sized' '        pass  # CPU-sized' \
   "kit: --sweep-width times the CNN by default" "$K -k defaults"
@@ -235,7 +234,7 @@ mutate experiments/gpu_session.sh 'PY=${PYTHON:-.venv/bin/python}' 'PY=python3' 
   "$K -k smoke_step"
 mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compressed=compress, announce=announce)' '        pass' \
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
-mutate fedalf_jax/experiment/bench.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
+mutate fedalf_jax/bench/timing.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
 # issue #27 items 13-16: privacy statements that are bounds (labels start with "privbound"), tests/test_privacy_bounds.py
 PB=tests/test_privacy_bounds.py
@@ -295,9 +294,9 @@ mutate fedalf_jax/experiment/writers.py "        bad = next((j for j, v in enume
   "damaged: a value that is not a number read" "$DF -k a_word_for_a_number"
 mutate fedalf_jax/experiment/writers.py "        cut = final and (not ends or len(r) < width)" "        cut = False" \
   "damaged: the last line cut short by a kill refused" "$DF -k cut_short"
-mutate fedalf_jax/experiment/report.py "        except DamagedFile:  # a damaged metrics.csv" "        except ZeroDivisionError:  #" \
+mutate fedalf_jax/reporting/runs.py "        except DamagedFile:  # a damaged metrics.csv" "        except ZeroDivisionError:  #" \
   "damaged: fedalf report skips a damaged metrics.csv as unreadable" "$DF -k report_refuses"
-mutate fedalf_jax/experiment/report.py '        read_csv_rows(rd.path / METRICS, columns=metric_columns(int(run.cfg["clients"])))' '        pass' \
+mutate fedalf_jax/reporting/runs.py '        read_csv_rows(rd.path / METRICS, columns=columns_of_file(rd.path / METRICS, int(run.cfg["clients"])))' '        pass' \
   "damaged: fedalf report does not check metrics.csv's header" "$DF -k report_refuses"
 mutate fedalf_jax/experiment/sweep.py "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients))" "                pass" \
   "damaged: sweep --resume checks metrics.csv after extending sweep.json" "$DF -k sweep_resume_refuses"
@@ -339,7 +338,7 @@ mutate fedalf_jax/api.py '**{k: opts.get(k) for k in varied}, "status": r.status
   "api: the sweep table without the varied options (item 10)" "$A -k sweep_table"
 mutate fedalf_jax/experiment/metrics.py '    return jnp.degrees(angle) if degrees else angle' '    return angle' \
   "api: fairness_angle(degrees=True) in radians (item 10)" "$A -k fairness_angle"
-mutate fedalf_jax/experiment/report.py '                r.eta_option, r.eta = "server_lr", float(r.cfg["server_lr"])' '                pass' \
+mutate fedalf_jax/reporting/runs.py '                r.eta_option, r.eta = "server_lr", float(r.cfg["server_lr"])' '                pass' \
   "api: the report's eta is lr where a user's algorithm sweeps server_lr (item 10)" "$A -k report_names_eta"
 mutate docs/extending.md 'Write it with `jnp.vdot` to' 'Write it as you like to' \
   "api: the docs do not say the penalty needs jnp.vdot to be bit-equal (item 10)" "$A -k sum_of_squares"
@@ -368,7 +367,7 @@ mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' 
   "dedupe: the sweep runs every combination" "$D -k ignored_lr"
 mutate fedalf_jax/experiment/config.py '    if partition != "dirichlet":' '    if False:' \
   "dedupe: pat1 runs differing only in --alpha run twice" "$D -k partition_ignores"
-mutate fedalf_jax/experiment/report.py '    out |= set(partition_ignores(cfg.get("partition", "pat1")))' '    pass' \
+mutate fedalf_jax/reporting/runs.py '    out |= set(partition_ignores(cfg.get("partition", "pat1")))' '    pass' \
   "dedupe: the report names a pat1 variant by its unread alpha" "tests/test_report.py -k variant_names"
 mutate fedalf_jax/cli.py '                   for cs in (S.distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
   "dedupe: --resume with the options refuses a sweep.json of distinct runs" "$D -k ignored_lr"
@@ -395,7 +394,7 @@ mutate fedalf_jax/sim/round.py 'spec.num_clients, n_sel, outs.aux)' 'spec.num_cl
 mutate fedalf_jax/experiment/rundir.py 'metric_columns(cfg.clients, extra), keep_upto=keep_upto)' \
   'metric_columns(cfg.clients), keep_upto=keep_upto)' "contract: the algorithm's own metrics left out of metrics.csv (item 7)" \
   "$K -k broadcast"
-mutate fedalf_jax/experiment/report.py '    if own:  # the metrics a user' '    if False:  # the metrics a user' \
+mutate fedalf_jax/reporting/tables.py '    if own:  # the metrics a user' '    if False:  # the metrics a user' \
   "contract: the report leaves out the algorithm's own metrics (item 7)" "$K -k broadcast"
 mutate fedalf_jax/sim/contract.py '    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' '    pass' \
   "contract: a Δ_i of the wrong shape is not named (item 8)" "$K -k contract_mistake"
@@ -447,7 +446,7 @@ mutate fedalf_jax/experiment/sweep.py '                parts.append(f"{k[3:]}-{v
   "ownhp: the run names leave out the varied own hyper-parameter" "$OH -k one_program"
 mutate fedalf_jax/api.py '            opts = flat_options(r.config.to_dict())' '            opts = r.config.to_dict()' \
   "ownhp: the sweep table's own hyper-parameter columns empty" "$OH -k one_program"
-mutate fedalf_jax/experiment/report.py "[f\"{k[3:] if k.startswith('hp.') else k}={_fmt_value(v)}\"" \
+mutate fedalf_jax/reporting/runs.py "[f\"{k[3:] if k.startswith('hp.') else k}={_fmt_value(v)}\"" \
   '[f"{k}={_fmt_value(v)}"' "ownhp: the report labels an own hyper-parameter hp.NAME" "$OH -k one_program"
 mutate fedalf_jax/cli.py '            hp = {**saved.get("hp", {}), **base.get("hp", {}), **given.get("hp", {})}' \
   '            hp = {**base.get("hp", {}), **given.get("hp", {})}' \
@@ -470,7 +469,7 @@ mutate fedalf_jax/sim/round.py '    v0 = C.check_params(alg, "personal.start", p
   "$PT -k ditto_example"
 mutate fedalf_jax/experiment/rundir.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics]' \
   '    return [*alg.metrics]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
-mutate fedalf_jax/experiment/report.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
+mutate fedalf_jax/reporting/tables.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
   "personal: the report leaves out the personalised models" "$PT -k ditto_example"
 mutate fedalf_jax/sim/round.py '    opt = alg.local_optimizer(lr_t) if alg.local_optimizer is not None else None' '    opt = None' \
   "personal: the local optimiser ignored" "$PT -k local_optimizer"
@@ -490,9 +489,9 @@ mutate fedalf_jax/api.py '    return [(np.asarray(tr, np.int64), np.asarray(te, 
 
 # issue 29 item 1: fedalf bench --pytorch, FedAvg's CNN round against a lean PyTorch loop (label "torchcmp")
 TB=tests/test_bench.py
-mutate fedalf_jax/experiment/bench.py 'res["compiled_s_per_round"] / res["pytorch_s_per_round"]' \
+mutate fedalf_jax/bench/timing.py 'res["compiled_s_per_round"] / res["pytorch_s_per_round"]' \
   'res["pytorch_s_per_round"] / res["compiled_s_per_round"]' "torchcmp: the ratio printed is PyTorch / fedalf" "$TB -k pytorch"
-mutate fedalf_jax/experiment/bench.py '"--batch-size", str(cfg.batch_size),' '"--batch-size", "50",' \
+mutate fedalf_jax/bench/timing.py '"--batch-size", str(cfg.batch_size),' '"--batch-size", "50",' \
   "torchcmp: the PyTorch loop runs its default batch size, not the round's" "$TB -k pytorch"
 # issue #28: checkpoints written before the contract grew still resume (label "oldckpt")
 mutate fedalf_jax/experiment/config.py '        if hp:' '        if True:' \

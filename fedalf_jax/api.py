@@ -239,7 +239,7 @@ def report(paths: str | Path | Sequence[str | Path], out: str | Path, *, last: i
     """``fedalf report``: tables (mean ± std over seeds) and figures of the runs under ``paths``, written to
     ``out`` (report.md, table.csv, figures/); returns what was written (paths, notes) and ``table``, the
     table's rows as a DataFrame."""
-    from .experiment.report import report as _report
+    from .reporting import report as _report
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     import pandas as pd
     got = _report([str(p) for p in paths], str(out), last=last)

@@ -498,7 +498,7 @@ def _sweep_configs(args, given: dict) -> list:
 
 
 def _cmd_report(args) -> int:
-    from .experiment.report import report
+    from .reporting import report
     res = report(args.paths, args.out, last=args.last)
     for line in res.get("messages", []):
         print(line)
@@ -507,8 +507,8 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from .experiment import bench as B
-    from .experiment.bench import bench, bench_sweep, format_bench, format_bench_sweep
+    from . import bench as B
+    from .bench import bench, bench_sweep, format_bench, format_bench_sweep
     if args.repeats is not None and args.repeats < 1:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
     if args.sweep_width and any(w < 1 for w in args.sweep_width):
@@ -574,7 +574,7 @@ def _bench_exit(e) -> int:
 
 def _bench_suite(args) -> int:
     """``fedalf bench --suite NAME --out DIR``: the suite's measurements, each JSON and table line as it lands."""
-    from .experiment.bench import SUITE_PARTS, bench_suite
+    from .bench import SUITE_PARTS, bench_suite
     if args.json:
         raise ConfigError("--json writes one measurement; --suite writes one JSON per measurement into --out")
     if not args.out:
@@ -587,7 +587,7 @@ def _bench_suite(args) -> int:
         over = {k: v for k, v in json.loads(Path(args.config).read_text()).items() if k not in C.DERIVED_KEYS}
     over.update(_given(args))
     over.pop("out", None)
-    from .experiment import bench as B
+    from . import bench as B
     try:
         with B.ctrl_c_stops():
             records = bench_suite(args.suite, args.out, over, parts=args.part or SUITE_PARTS, widths=args.sweep_width,

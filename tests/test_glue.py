@@ -18,7 +18,7 @@ from scipy import stats
 from fedalf_jax.experiment.build import build
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.experiment.loop import run
-from fedalf_jax.experiment.report import report
+from fedalf_jax.reporting import report
 from fedalf_jax.experiment.rundir import RunDir
 from fedalf_jax.sim.fairness import fair_direction
 from fedalf_jax.problem.partitions import make_partition
@@ -254,7 +254,7 @@ def test_load_checkpoint_returns_the_round_asked_for(resumed):
     assert max(moved) > 1e-4  # round 5's state is another one
 
 
-# ---- fedalf report (experiment/report.py) ------------------------------------------------------
+# ---- fedalf report (fedalf_jax/reporting/) -------------------------------------------------------
 
 def test_report_eta_tie_goes_to_the_smaller_eta(tmp_path):
     # two η with exactly the same seed-mean final accuracy; the larger η comes first by name

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fedalf_jax.experiment import bench as B
+from fedalf_jax import bench as B
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -86,8 +86,8 @@ def test_sweep_width_prediction_excludes_compilation():
     assert B.predict_width_s(8, []) is None
     # the suite's budget uses it: a sweep width predicted from its compile-free time
     item = {"kind": "sweep", "width": 8}
-    assert B._predict(item, [(1, 61.0, 60.0)]) == pytest.approx(68.0)
-    assert B._compile_s({"kind": "sweep", "width": 2, "result": {"widths": {"2": {
+    assert B.suite._predict(item, [(1, 61.0, 60.0)]) == pytest.approx(68.0)
+    assert B.suite._compile_s({"kind": "sweep", "width": 2, "result": {"widths": {"2": {
         "compile_sweep_s": 3.0, "compile_single_s": 2.5}}}}) == 5.5
 
 

@@ -5,8 +5,8 @@ active-set QP step's operations (one LU pivot permutation per step, not two)."""
 import jax
 import jax.numpy as jnp
 
-from fedalf_jax.experiment import hlo
-from fedalf_jax.experiment.bench import server_depth
+from fedalf_jax.bench import hlo
+from fedalf_jax.bench import server_depth
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.experiment.loop import Program
 from fedalf_jax.experiment.sweep import _Group

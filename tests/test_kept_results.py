@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedalf_jax.experiment.report import report
+from fedalf_jax.reporting import report
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "docs" / "ablation-runs"

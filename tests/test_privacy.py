@@ -643,7 +643,7 @@ def test_report_shows_whether_the_guarantee_holds(tmp_path):
 
     from test_report import make_run
 
-    from fedalf_jax.experiment.report import report
+    from fedalf_jax.reporting import report
 
     root = tmp_path / "runs"
     make_run(root, "local", final_acc=0.7, final_angle=5.0, algorithm="fedalf", ldp="adaptive", server_target="increment")

@@ -10,7 +10,7 @@ import pytest
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.config import Config, ConfigError
-from fedalf_jax.experiment.report import load_runs, name_variants, report
+from fedalf_jax.reporting import load_runs, name_variants, report
 from fedalf_jax.experiment.rundir import RunDir, find_runs, write_sweep
 
 ROUNDS = 50

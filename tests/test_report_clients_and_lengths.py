@@ -9,7 +9,7 @@ import numpy as np
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.config import Config
-from fedalf_jax.experiment.report import heatmap_data, report
+from fedalf_jax.reporting import heatmap_data, report
 from fedalf_jax.experiment.rundir import RunDir
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -36,7 +36,7 @@ def _run(root: Path, name: str, final_clients, *, rounds: int = 20, eval_every: 
 
 def _cells(root):
     """The report's cells of the runs under ``root``, each with its η chosen (as ``report`` builds them)."""
-    from fedalf_jax.experiment import report as R
+    from fedalf_jax import reporting as R
     runs, _, _ = R.load_runs(R.find_runs([root]))
     R.name_variants(runs)
     cells, _ = R.build_cells(runs)
@@ -107,7 +107,7 @@ def test_runs_of_different_lengths_are_never_averaged(tmp_path, capsys):
 
 def test_each_note_is_printed_once(tmp_path, capsys, monkeypatch):
     """However a note comes about twice, ``fedalf report`` prints it, and report.md lists it, once."""
-    from fedalf_jax.experiment import report as R
+    from fedalf_jax import reporting as R
     _run(tmp_path / "runs", "a", [0.5, 0.7], algorithm="fedavg")
     note = "mlp fmnist pat1 FedAvg η=0.05: the same note"
     monkeypatch.setattr(R, "last_k_notes", lambda cells, last: [note, note])

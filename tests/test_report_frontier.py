@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fedalf_jax.cli import main
-from fedalf_jax.experiment import report as R
+from fedalf_jax import reporting as R
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.experiment.rundir import RunDir
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax.experiment.bench import make_sequential
+from fedalf_jax.bench import make_sequential
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.sim.fairness import module_layers
 from fedalf_jax.sim.round import client_phase, init_state, run_rounds

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from fedalf_jax.cli import main
-from fedalf_jax.experiment import bench as bench_mod
+from fedalf_jax import bench as bench_mod
 from fedalf_jax.experiment import rundir as R
 from fedalf_jax.experiment import sweep as S
 from fedalf_jax.experiment.build import build

@@ -1,0 +1,253 @@
+"""The report's figures (:mod:`fedalf_jax.reporting`), per (model, dataset, partition): accuracy and
+angle vs round, the per-client accuracy heatmap, the privacy comparison and the privacy–utility
+frontier. matplotlib is imported only when a figure is drawn."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from .runs import Cell, Run, _fmt_value, _privacy, _variant_name, cell_spent
+from .tables import _writing, mean_std
+
+_DPI = 100
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+def _curve(runs: list[Run], attr: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rounds evaluated by every run, and the seed mean and std (ddof=1; 0 for one seed) there."""
+    common = runs[0].rounds
+    for r in runs[1:]:
+        common = np.intersect1d(common, r.rounds)
+    vals = np.stack([getattr(r, attr)[np.searchsorted(r.rounds, common)] for r in runs])
+    std = vals.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(common))
+    return common, vals.mean(axis=0), std
+
+
+def _band(ax, cell: Cell, attr: str) -> None:
+    x, mean, std = _curve(cell.runs, attr)
+    (line,) = ax.plot(x, mean, label=f"{cell.variant} (η={cell.eta:g})", lw=1.2)
+    ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+
+
+def _save(fig, path: Path) -> Path:
+    with _writing(path):
+        fig.savefig(path, dpi=_DPI, bbox_inches="tight")
+    return path
+
+
+def _title(model: str, dataset: str, partition: str) -> str:
+    return f"{model}, {dataset} {partition}"
+
+
+def curves_figure(cells: list[Cell], path: Path, title: str) -> Path:
+    """Accuracy and angle vs round, one line (seed mean ± std band) per variant."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 4))
+    ax_acc, ax_ang = fig.subplots(1, 2)
+    for c in cells:
+        _band(ax_acc, c, "acc")
+        _band(ax_ang, c, "angle")
+    ax_acc.set(xlabel="round", ylabel="mean accuracy", title=f"accuracy ({title})")
+    ax_ang.set(xlabel="round", ylabel="fairness angle (°)", title=f"angle ({title})")
+    ax_acc.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)
+    return _save(fig, path)
+
+
+def heatmap_data(cells: list[Cell]) -> tuple[np.ndarray, bool]:
+    """``[variants, N]``: every client's accuracy at the final evaluation, ranked worst to best within each
+    run, then the mean over the cell's seeds at each rank (column ``k``: the ``k+1``-th worst client).
+
+    Ranks, not client ids: a client id holds other data under another seed (``assign="shards"``,
+    ``dirichlet``) and the clients 0..9 of a 100-client ``pat1`` run all hold the same two classes, so
+    the first ids say nothing of the variant. Each row's mean is the cell's mean accuracy. ``N`` is the
+    most clients of any run; a run with fewer is resampled to ``N`` ranks by its quantiles (``True``
+    when any was)."""
+    n = max(r.clients.shape[1] for c in cells for r in c.runs)
+    resampled = False
+    rows = []
+    for c in cells:
+        profiles = []
+        for r in c.runs:
+            p = np.sort(np.asarray(r.clients[-1], np.float64))
+            if p.size != n:
+                resampled = True
+                p = np.interp((np.arange(n) + 0.5) / n, (np.arange(p.size) + 0.5) / p.size, p)
+            profiles.append(p)
+        rows.append(np.mean(profiles, axis=0))
+    return np.array(rows).reshape(len(cells), n), resampled
+
+
+def heatmap_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
+    """Per-client accuracy at the final evaluation, every client (:func:`heatmap_data`): rows = variants
+    (labelled with their mean and worst-10% accuracy), columns = client ranks, worst to best."""
+    from matplotlib.figure import Figure
+    if min(r.clients.shape[1] for c in cells for r in c.runs) == 0:  # no per-client columns in metrics.csv
+        return None
+    data, resampled = heatmap_data(cells)
+    n = data.shape[1]
+    worst = max(1, math.ceil(0.1 * n))
+    labels = [f"{c.variant} (η={c.eta:g})\nmean {row.mean():.3f}, worst {worst}: {row[:worst].mean():.3f}"
+              for c, row in zip(cells, data)]
+    width = (0.6 * n if n <= 20 else min(12.0, 4.0 + 0.08 * n)) + 1.5 + 0.07 * max(len(s) for s in labels)
+    fig = Figure(figsize=(width, 1.2 + 0.6 * len(cells)))
+    ax = fig.subplots()
+    im = ax.imshow(data, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+    if n <= 20:
+        for (i, j), v in np.ndenumerate(data):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+        ticks = list(range(n))
+    else:
+        step = max(1, round(n / 5))
+        ticks = [0] + [k - 1 for k in range(step, n + 1, step) if n - k >= step / 2] + [n - 1]  # ranks 1, 20, ..., n
+    ax.set_xticks(ticks, [str(t + 1) for t in ticks])
+    ax.set_yticks(range(len(cells)), labels, fontsize=7)
+    ax.set(xlabel=f"client rank by final accuracy, 1 = worst … {n} = best: all {n} clients, ranked within each "
+                  f"run, mean over seeds" + (" (runs with fewer clients resampled)" if resampled else ""),
+           title=f"per-client accuracy at the final evaluation, worst to best ({title})")
+    fig.colorbar(im, ax=ax, label="accuracy")
+    return _save(fig, path)
+
+
+def privacy_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
+    """Accuracy vs round of FedALF and its private variants, when both kinds are present."""
+    from matplotlib.figure import Figure
+    fedalf = [c for c in cells if c.runs[0].cfg["algorithm"] == "fedalf"]
+    private = [c for c in fedalf if _privacy(c.runs[0].cfg) != "none"]
+    if len(private) in (0, len(fedalf)):
+        return None
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    for c in fedalf:
+        _band(ax, c, "acc")
+    ax.set(xlabel="round", ylabel="mean accuracy", title=f"privacy ({title})")
+    ax.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)
+    return _save(fig, path)
+
+
+class FrontierPoint(NamedTuple):
+    """One private cell on the frontier: the config's ε (per round of the mechanism) and the final mean
+    accuracy and fairness angle (degrees), mean and sample std over seeds (std ``None`` for one seed), as
+    in the table's final-evaluation columns (:func:`cell_row`)."""
+
+    eps: float
+    acc: float
+    acc_std: Optional[float]
+    angle: float
+    angle_std: Optional[float]
+
+
+class Baseline(NamedTuple):
+    """A non-private FedALF or FedAvg cell's final mean accuracy and angle (mean, std over seeds)."""
+
+    algorithm: str
+    acc: float
+    acc_std: Optional[float]
+    angle: float
+    angle_std: Optional[float]
+
+
+_BASELINE_STYLE = {"fedalf": "--", "fedavg": ":"}  # non-private levels on the frontier
+
+
+def _final(cell: Cell) -> tuple[float, Optional[float], float, Optional[float]]:
+    acc, acc_std = mean_std(r.acc[-1] for r in cell.runs)
+    angle, angle_std = mean_std(r.angle[-1] for r in cell.runs)
+    return acc, acc_std, angle, angle_std
+
+
+def _frontier_cells(cells: list[Cell]) -> tuple[dict[str, list[Cell]], dict[str, Cell]]:
+    """The private cells by line (variant name without ``epsilon``), by ascending ε, and the non-private
+    FedALF / FedAvg cells by label (``FedALF (no privacy)``); cells without a chosen η are left out."""
+    lines: dict[str, list[Cell]] = defaultdict(list)
+    baselines: dict[str, Cell] = {}
+    for c in cells:
+        if c.eta is None or not c.runs:
+            continue
+        run = c.runs[0]
+        if _privacy(run.cfg) != "none":
+            named = {k: v for k, v in run.named_by.items() if k != "epsilon"}
+            lines[_variant_name(run.label, named)].append(c)
+        elif run.cfg["algorithm"] in _BASELINE_STYLE:
+            parts = [f"{k}={_fmt_value(v)}" for k, v in run.named_by.items()] + ["no privacy"]
+            baselines[f"{run.label} ({', '.join(parts)})"] = c
+    return {name: sorted(cs, key=lambda c: float(c.runs[0].cfg["epsilon"])) for name, cs in lines.items()}, baselines
+
+
+def frontier_data(cells: list[Cell]) -> tuple[dict[str, list[FrontierPoint]], dict[str, Baseline]]:
+    """What the frontier figure of one (model, dataset, partition) group plots.
+
+    Lines: per private variant, its cells that differ only in ``epsilon`` (their variant names without
+    ``epsilon=…``), one :class:`FrontierPoint` per cell by ascending ε (the config's, per round of the
+    mechanism). Baselines: the non-private FedALF and FedAvg cells, by label (``FedALF (no privacy)``;
+    the options naming the variant first when there are some). Each number is over the cell's chosen η's
+    seeds, at their final evaluation."""
+    lines, baselines = _frontier_cells(cells)
+    points = {name: [FrontierPoint(float(c.runs[0].cfg["epsilon"]), *_final(c)) for c in cs]
+              for name, cs in lines.items()}
+    base = {label: Baseline(c.runs[0].cfg["algorithm"], *_final(c)) for label, c in baselines.items()}
+    return points, dict(sorted(base.items(), key=lambda kv: list(_BASELINE_STYLE).index(kv[1].algorithm)))
+
+
+def frontier_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
+    """Final accuracy and angle vs ε per private variant, non-private FedALF / FedAvg as horizontal lines
+    (:func:`frontier_data`); only when some private variant ran at two or more ε."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
+    lines, baselines = frontier_data(cells)
+    if not any(len({p.eps for p in pts}) >= 2 for pts in lines.values()):
+        return None
+    line_cells, _ = _frontier_cells(cells)
+    fig = Figure(figsize=(11, 4))
+    ax_acc, ax_ang = fig.subplots(1, 2)
+    for name, pts in lines.items():
+        spent = [cell_spent(c)[0] for c in line_cells[name]]
+        label = name
+        if any(s is not None for s in spent):
+            label += " (ε spent: " + ", ".join("—" if s is None else f"{s:.3g}" for s in spent) + ")"
+        eps = [p.eps for p in pts]
+        for ax, ys, stds in ((ax_acc, [p.acc for p in pts], [p.acc_std for p in pts]),
+                             (ax_ang, [p.angle for p in pts], [p.angle_std for p in pts])):
+            ax.errorbar(eps, ys, yerr=[0.0 if s is None else s for s in stds], marker="o", ms=4, capsize=3,
+                        lw=1.2, label=label)
+    grays = ("k", "0.45", "0.7")
+    for i, (label, b) in enumerate(baselines.items()):
+        color = grays[i % len(grays)]
+        for ax, y, std in ((ax_acc, b.acc, b.acc_std), (ax_ang, b.angle, b.angle_std)):
+            ax.axhline(y, ls=_BASELINE_STYLE[b.algorithm], color=color, lw=1.2, label=label)
+            if std:
+                ax.axhspan(y - std, y + std, color=color, alpha=0.08, lw=0)
+    ticks = sorted({p.eps for pts in lines.values() for p in pts})
+    for ax in (ax_acc, ax_ang):
+        if ticks[0] > 0:
+            ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
+    xlabel = "--epsilon (log scale; report.md says per what)"
+    ax_acc.set(xlabel=xlabel, ylabel="final mean accuracy", title=f"privacy–utility frontier ({title})")
+    ax_ang.set(xlabel=xlabel, ylabel="final fairness angle (°)", title=f"angle vs privacy ({title})")
+    ax_acc.legend(fontsize=7, title="mean ± std over seeds", title_fontsize=7)
+    return _save(fig, path)
+
+
+def write_figures(cells: list[Cell], fig_dir: Path) -> dict[str, list[Path]]:
+    """All figures, by model."""
+    groups: dict[tuple, list[Cell]] = defaultdict(list)
+    for c in cells:
+        if c.eta is not None:
+            groups[(c.model, c.dataset, c.partition)].append(c)
+    out: dict[str, list[Path]] = defaultdict(list)
+    for (model, dataset, partition), cs in groups.items():
+        stem, title = f"{model}_{dataset}_{partition}", _title(model, dataset, partition)
+        with np.errstate(all="ignore"):
+            made = [curves_figure(cs, fig_dir / f"{stem}_curves.png", title),
+                    heatmap_figure(cs, fig_dir / f"{stem}_clients.png", title),
+                    privacy_figure(cs, fig_dir / f"{stem}_privacy.png", title),
+                    frontier_figure(cs, fig_dir / f"{stem}_frontier.png", title)]
+        out[model] += [p for p in made if p is not None]
+    return dict(out)

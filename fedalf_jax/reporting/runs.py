@@ -1,0 +1,372 @@
+"""The runs of a report (:mod:`fedalf_jax.reporting`): each run directory read once (:class:`Run`: its
+resolved config, base label, η, guarantee, ε spent and curves), the variants named by the options that
+differ, and the cells (model, dataset, partition, variant) with their η chosen (:func:`choose_eta`).
+The rules are in :mod:`fedalf_jax.reporting`'s docstring."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from typing import Optional
+
+import numpy as np
+
+from ..experiment.config import (ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError,
+                                 flat_options, partition_ignores, privacy_guarantee)
+from ..experiment.rundir import METRICS, PERSONAL_KEYS, RunDir, columns_of_file, metric_columns
+from ..experiment.writers import DamagedFile, read_csv_rows
+
+LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
+          "fedlf": "FedLF", "fedalf": "FedALF"}
+_PRIVACY_ORDER = ("none", "adaptive", "ldp_fl", "gaussian", "central")
+
+# Options that never name a variant: the base label's, the table's axes, the seed, lr (η, or unused
+# by FedLF client_grad=full) and the bookkeeping. server_lr: see _unused.
+NOT_NAMING = frozenset({
+    "algorithm", "ldp", "dp",
+    "seed", "out", "lr", "dataset", "partition", "model",
+    "data_dir", "data_source", "client_map", "conv_impl", "eval_every", "train_loss_every",
+    "checkpoint_every", "log"})  # not rounds: runs of different lengths are never averaged together
+_NOT_NAMING_PREFIXES = ("synthetic_",)
+_USED_BY = USED_BY  # option -> the algorithms that use it (elsewhere it names no variant)
+_SHOW_NAMES = 5
+
+
+# ---- runs ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Run:
+    """One run directory, read once: its resolved config, labels, η and (if done) its curves."""
+
+    name: str
+    status: str
+    cfg: dict
+    label: str = ""
+    order: tuple = ()
+    eta_option: str = "lr"
+    eta: float = math.nan
+    variant: str = ""
+    rounds: Optional[np.ndarray] = None   # evaluation rounds
+    acc: Optional[np.ndarray] = None      # mean accuracy per evaluation
+    angle: Optional[np.ndarray] = None    # fairness angle (degrees) per evaluation
+    clients: Optional[np.ndarray] = None  # [evaluations, N] per-client accuracy
+    guarantee: Optional[dict] = None      # private runs: {"guarantee": "holds" | "does not hold", "why"}
+    spent: Optional[dict] = None          # summary.json's privacy_spent (runs from before it: None)
+    named_by: dict = dataclasses.field(default_factory=dict)  # the options naming the variant: {option: value}
+    own: dict = dataclasses.field(default_factory=dict)  # the algorithm's own metrics (Algorithm.metrics) per evaluation
+    personal: dict = dataclasses.field(default_factory=dict)  # each client's own model (PERSONAL_KEYS) per evaluation
+
+    @property
+    def cell_key(self) -> tuple:
+        return self.cfg["model"], self.cfg["dataset"], self.cfg["partition"], self.variant
+
+
+def resolved_config(d: dict) -> dict:
+    """The config dict with ``None`` options replaced by their resolved values (``Config.resolved_*``), and
+    the algorithm's own hyper-parameters as one ``hp.NAME`` entry each (``config.flat_options``)."""
+    cfg = Config.from_dict(d)
+    out = cfg.to_dict()
+    for k, v in out.items():
+        if v is None and hasattr(Config, f"resolved_{k}"):
+            out[k] = getattr(cfg, f"resolved_{k}")
+    return flat_options(out)
+
+
+def base_label(cfg: dict) -> str:
+    """FedAvg, ..., FedALF, with the privacy prefix: LDP-, LDP-FL- or DP-."""
+    label = LABELS.get(cfg["algorithm"], cfg["algorithm"])
+    if cfg.get("ldp") == "adaptive":
+        return "LDP-" + label
+    if cfg.get("ldp") == "ldp_fl":
+        return "LDP-FL-" + label
+    if cfg.get("dp") == "gaussian":
+        return "DP-" + label
+    if cfg.get("dp") == "central":
+        return "CDP-" + label
+    return label
+
+
+def eta_option(cfg: dict) -> str:
+    """The option tuned as η: ``server_lr`` for FedLF without local training, else ``lr``."""
+    return "server_lr" if cfg["algorithm"] == "fedlf" and cfg.get("client_grad") == "full" else "lr"
+
+
+def _privacy(cfg: dict) -> str:
+    return cfg.get("dp") if cfg.get("dp", "none") != "none" else cfg.get("ldp", "none")
+
+
+def swept_eta(runs: list["Run"]) -> None:
+    """A user's algorithm (not built in) whose runs of one base label sweep ``server_lr`` at one ``lr``:
+    η is ``server_lr`` for them (its value chosen per cell and shown as η), not the fixed ``lr``."""
+    by_label: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        if r.cfg["algorithm"] not in ALGORITHMS:
+            by_label[r.label].append(r)
+    for group in by_label.values():
+        if len({r.cfg["lr"] for r in group}) == 1 and len({r.cfg["server_lr"] for r in group}) > 1:
+            for r in group:
+                r.eta_option, r.eta = "server_lr", float(r.cfg["server_lr"])
+
+
+def _unused(cfg: dict, eta: Optional[str] = None) -> set:
+    """Options this run's algorithm and privacy mechanism do not read (so they name no variant); ``eta``:
+    the run's η option (default :func:`eta_option`)."""
+    algo = cfg["algorithm"]
+    out = {k for k, users in _USED_BY.items() if algo not in users}
+    out |= set(partition_ignores(cfg.get("partition", "pat1")))  # alpha outside dirichlet, assign outside pat*
+    out.add(eta or eta_option(cfg))
+    if algo == "qfedavg":
+        out.add("server_lr")
+    if _privacy(cfg) == "none":
+        out.add("epsilon")
+    if cfg.get("dp") not in ("gaussian", "central"):
+        out |= {"delta", "clip"}
+    return out
+
+
+def naming_options(cfg: dict, eta: Optional[str] = None) -> dict:
+    """The options of ``cfg`` that may name its variant (see the module docstring)."""
+    skip = NOT_NAMING | _unused(cfg, eta)
+    return {k: v for k, v in cfg.items() if k not in skip and not k.startswith(_NOT_NAMING_PREFIXES)}
+
+
+def _fmt_value(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def name_variants(runs: list[Run]) -> None:
+    """Set each run's ``variant``: its base label and the options that differ within that label (and its
+    η option: :func:`swept_eta`)."""
+    swept_eta(runs)
+    by_label: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        by_label[r.label].append(r)
+    for label, group in by_label.items():
+        opts = [naming_options(r.cfg, r.eta_option) for r in group]
+        keys = sorted(set().union(*opts))
+        differing = [k for k in keys if len({o[k] for o in opts if k in o}) > 1]
+        for r, o in zip(group, opts):
+            r.named_by = {k: o[k] for k in differing if k in o}
+            r.variant = _variant_name(label, r.named_by)
+
+
+def _variant_name(label: str, named_by: dict) -> str:
+    # an algorithm's own hyper-parameter by its name: FedAdam (beta1=0.9)
+    parts = [f"{k[3:] if k.startswith('hp.') else k}={_fmt_value(v)}" for k, v in named_by.items()]
+    return f"{label} ({', '.join(parts)})" if parts else label
+
+
+def length_notes(runs: list[Run]) -> list[str]:
+    """One note per base label whose runs have different lengths (``rounds``): which finished runs were set
+    apart, by length (their variants carry ``rounds=N``, so no cell averages runs of two lengths)."""
+    by_label: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        by_label[r.label][int(r.cfg["rounds"])].append(r.name)
+    notes = []
+    for label, lengths in by_label.items():
+        if len(lengths) > 1:
+            parts = [f"{_plural(n, 'round')}: {_shorten(sorted(names))}" for n, names in sorted(lengths.items())]
+            notes.append(f"{label}: runs of {len(lengths)} different lengths are reported apart, never averaged "
+                         f"together (rounds=N in the variant's name): " + "; ".join(parts))
+    return notes
+
+
+def _load_curves(run: Run, rd: RunDir) -> bool:
+    """Read the run's evaluations; False when ``metrics.csv`` has none. A damaged one (another header
+    than the run's columns, a row of the wrong width, a repeated or reordered round, ...) is refused."""
+    if (rd.path / METRICS).is_file():
+        read_csv_rows(rd.path / METRICS, columns=columns_of_file(rd.path / METRICS, int(run.cfg["clients"])))
+    m = rd.metrics()
+    if not m or len(m.get("round", ())) == 0 or "mean_acc" not in m or "angle_deg" not in m:
+        return False
+    order = np.argsort(m["round"], kind="stable")
+    run.rounds = m["round"][order]
+    run.acc, run.angle = m["mean_acc"][order], m["angle_deg"][order]
+    run.clients = rd.client_accuracies(m)[order]
+    standard = set(metric_columns(int(run.cfg["clients"])))
+    run.own = {k: np.asarray(v, np.float64)[order] for k, v in m.items() if k not in standard
+               and not k.startswith("acc_") and k not in PERSONAL_KEYS}
+    run.personal = {k: np.asarray(m[k], np.float64)[order] for k in PERSONAL_KEYS if k in m}
+    return True
+
+
+def _shorten(names: list[str]) -> str:
+    shown = ", ".join(names[:_SHOW_NAMES])
+    return shown + (f" and {len(names) - _SHOW_NAMES} more" if len(names) > _SHOW_NAMES else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+_WHY = {"running": "not finished; fedalf sweep --resume or fedalf run --resume finishes them",
+        "new": "not started", "diverged": "they make their η ineligible in their cell",
+        "empty": "metrics.csv holds no evaluation"}
+
+
+def _read_run(rd: RunDir, status: str) -> Run:
+    """A run with a config: labels and η; the curves too when it is done (``empty`` if none)."""
+    cfg = resolved_config(rd.config_dict())
+    run = Run(rd.name, status, cfg, label=base_label(cfg), eta_option=eta_option(cfg))
+    run.eta = float(cfg[run.eta_option])
+    run.order = (_index(ALGORITHMS, cfg["algorithm"]), _index(_PRIVACY_ORDER, _privacy(cfg)))
+    run.guarantee = run_guarantee(rd)
+    run.spent = run_spent(rd)
+    if status == "done" and not _load_curves(run, rd):
+        run.status = "empty"
+    return run
+
+
+def run_guarantee(rd: RunDir) -> Optional[dict]:
+    """A private run's ``{"guarantee": "holds" | "does not hold", "why": ...}``: from ``summary.json``'s
+    ``privacy``, else from ``config.json``'s, else computed from its options
+    (:func:`fedalf_jax.experiment.config.privacy_guarantee`: runs recorded before the field existed);
+    ``None`` for a run without a privacy mechanism."""
+    raw = rd.config_dict()
+    summary = rd.summary()
+    for rec in ((summary if isinstance(summary, dict) else {}).get("privacy"), raw.get("privacy")):
+        if isinstance(rec, dict) and rec.get("guarantee") in ("holds", "does not hold"):
+            return {"guarantee": rec["guarantee"], "why": str(rec.get("why", ""))}
+    cfg = Config.from_dict(raw)
+    if cfg.ldp == "none" and cfg.dp == "none":
+        return None
+    holds, why = privacy_guarantee(cfg)
+    return {"guarantee": "holds" if holds else "does not hold", "why": why}
+
+
+def run_spent(rd: RunDir) -> Optional[dict]:
+    """``summary.json``'s ``privacy_spent`` when it holds a numeric ``epsilon`` (else ``None``: no
+    mechanism, a run from before the accounting, or an accountant that failed)."""
+    summary = rd.summary()
+    rec = summary.get("privacy_spent") if isinstance(summary, dict) else None
+    if not isinstance(rec, dict):
+        return None
+    eps, delta = rec.get("epsilon"), rec.get("delta", 0.0)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (eps, delta)):
+        return None
+    return {**rec, "epsilon": float(eps), "delta": float(delta)}
+
+
+def cell_spent(cell: "Cell") -> tuple[Optional[float], Optional[float]]:
+    """The largest ε spent over a cell's chosen runs and the largest δ with it; ``(None, None)`` when no
+    run records one."""
+    recs = [r.spent for r in cell.runs if r.spent is not None]
+    if not recs:
+        return None, None
+    return max(r["epsilon"] for r in recs), max(r["delta"] for r in recs)
+
+
+def cell_guarantee(cell: "Cell") -> str:
+    """The privacy guarantee of a cell's chosen runs: ``holds``, ``does not hold``, ``mixed`` (its
+    seeds disagree) or ``""`` (no privacy mechanism)."""
+    found = {r.guarantee["guarantee"] for r in cell.runs if r.guarantee is not None}
+    if not found:
+        return ""
+    return found.pop() if len(found) == 1 else "mixed"
+
+
+def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], list[str]]:
+    """Every run with a config (curves read for the done ones), the skipped run names by status
+    (``running``, ``new``, ``diverged``, ``empty``: done without evaluations, ``unreadable``: a bad
+    config.json), and the messages saying so. A damaged ``metrics.csv`` of a done run is refused
+    (:class:`DamagedFile`, one line naming the file and line): its rows would skew the table."""
+    runs, skipped, unreadable = [], defaultdict(list), []
+    for rd in rundirs:
+        try:
+            status = rd.status()
+            if not rd.has_config():
+                skipped[status].append(rd.name)
+                continue
+            run = _read_run(rd, status)
+        except DamagedFile:  # a damaged metrics.csv would skew the table: refused, naming file and line
+            raise
+        except ConfigError as e:  # a bad config.json or summary.json
+            skipped["unreadable"].append(rd.name)
+            unreadable.append(f"skipped {rd.name}: {e}")
+            continue
+        runs.append(run)
+        if run.status != "done":
+            skipped[run.status].append(run.name)
+    messages = [f"skipped {_plural(len(names), f'{status} run')}"
+                + (f" ({_WHY[status]})" if status in _WHY else "") + f": {_shorten(sorted(names))}"
+                for status, names in skipped.items() if status != "unreadable"]
+    return runs, dict(skipped), messages + unreadable
+
+
+# ---- cells and η --------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Cell:
+    """The runs of one (model, dataset, partition, variant), by η; ``eta`` is the chosen one."""
+
+    model: str
+    dataset: str
+    partition: str
+    variant: str
+    order: tuple
+    eta_option: str
+    done: dict = dataclasses.field(default_factory=lambda: defaultdict(list))      # η -> [Run]
+    diverged: dict = dataclasses.field(default_factory=lambda: defaultdict(list))  # η -> [Run]
+    scores: dict = dataclasses.field(default_factory=dict)                          # η -> seed-mean final acc
+    eta: Optional[float] = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.model} {self.dataset} {self.partition} {self.variant}"
+
+    @property
+    def runs(self) -> list[Run]:
+        return self.done[self.eta] if self.eta is not None else []
+
+    def etas(self) -> list[float]:
+        return sorted(set(self.done) | set(self.diverged))
+
+
+def build_cells(runs: list[Run]) -> tuple[list[Cell], list[str]]:
+    """Group done and diverged runs into cells and η groups, one run per seed; messages on repeats."""
+    cells: dict[tuple, Cell] = {}
+    messages = []
+    for r in runs:
+        if r.status not in ("done", "diverged"):
+            continue
+        key = r.cell_key
+        if key not in cells:
+            cells[key] = Cell(*key, order=r.order, eta_option=r.eta_option)
+        group = (cells[key].done if r.status == "done" else cells[key].diverged)[r.eta]
+        twin = next((o for o in group if o.cfg["seed"] == r.cfg["seed"]), None)
+        if twin is not None:
+            changed = ", ".join(k for k in r.cfg if k != "out" and r.cfg[k] != twin.cfg[k]) or "nothing"
+            messages.append(f"{cells[key].where} η={r.eta:g}: {r.name} repeats seed {r.cfg['seed']} of "
+                            f"{twin.name} and differs only in options that name no variant ({changed}); counted once")
+            continue
+        group.append(r)
+    ordered = sorted(cells.values(), key=lambda c: (_index(MODELS, c.model), _index(DATASETS, c.dataset),
+                                                    _index(PARTITIONS, c.partition), c.order, c.variant))
+    return ordered, messages
+
+
+def _index(options: tuple, value) -> int:
+    return options.index(value) if value in options else len(options)
+
+
+def choose_eta(cell: Cell) -> list[str]:
+    """Pick the eligible η with the best seed-mean final accuracy (ties: the smaller η); messages."""
+    messages = []
+    for eta in cell.etas():
+        done, bad = cell.done.get(eta, []), cell.diverged.get(eta, [])
+        if bad:
+            messages.append(f"{cell.where}: η={eta:g} not eligible ({len(bad)} of {len(done) + len(bad)} "
+                            f"seeds diverged: {_shorten(sorted(r.name for r in bad))})")
+            continue
+        score = float(np.mean([r.acc[-1] for r in done]))
+        if math.isfinite(score):
+            cell.scores[eta] = score
+        else:
+            messages.append(f"{cell.where}: η={eta:g} not eligible (non-finite final accuracy)")
+    if cell.scores:
+        cell.eta = max(sorted(cell.scores), key=lambda e: cell.scores[e])
+    else:
+        messages.append(f"{cell.where}: no eligible η; the cell is left empty")
+    return messages
+
