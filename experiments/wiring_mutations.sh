@@ -496,4 +496,11 @@ mutate fedalf_jax/bench/timing.py '"--batch-size", str(cfg.batch_size),' '"--bat
 # issue #28: checkpoints written before the contract grew still resume (label "oldckpt")
 mutate fedalf_jax/experiment/config.py '        if hp:' '        if True:' \
   "oldckpt: a built-in's identity records an empty hp" "tests/test_old_checkpoints.py"
+# the report split (t-report) item 3: table.csv's personalised columns (labels start with "reportcsv"),
+# tests/test_personal.py
+PR=tests/test_personal.py
+mutate fedalf_jax/reporting/tables.py '    row["personal_acc_mean"], row["personal_acc_std"] = personal.get("personal_acc", (None, None))' \
+  '    row["personal_acc_mean"], row["personal_acc_std"] = None, None' "reportcsv: table.csv leaves the personal accuracy blank" "$PR -k report_csv"
+mutate fedalf_jax/reporting/tables.py 'row["personal_angle_std"] = personal.get("personal_angle_deg", (None, None))' \
+  'row["personal_angle_std"] = personal.get("personal_acc", (None, None))' "reportcsv: the personal angle columns hold the accuracy" "$PR -k report_csv"
 exit $status

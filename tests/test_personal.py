@@ -309,3 +309,26 @@ def test_the_new_names_are_public_and_documented():
         assert fj.Algorithm.__dataclass_fields__[field].default is None and field in fj.Algorithm.__doc__
     doc = (ROOT / "docs" / "extending.md").read_text()
     assert "examples/ditto.py" in doc and "fj.client_splits" in doc and "personal_angle_deg" in doc
+
+
+def test_report_csv_has_the_personal_columns(tmp_path):
+    """table.csv carries each client's own model (Ditto's v_i) at the final evaluation: personal_acc_mean/std
+    and personal_angle_mean/std over the cell's seeds (sample std), read here from the runs' metrics.csv;
+    blank for FedAvg's cell, which has no personal model. Two of three clients a round, so seeds differ."""
+    import csv
+    runs = tmp_path / "runs"
+    kw = dict(lr=0.5, server_lr=0.8, hp={"lam": 0.3}, clients_per_round=2, rounds=3)
+    for seed in (0, 1, 2):
+        fj.run(_cfg("examples.ditto:ditto", seed=seed, out=str(runs / f"ditto_{seed}"), **kw), progress=False)
+    fj.run(_cfg("fedavg", out=str(runs / "fedavg_0")), progress=False)
+    fj.report(runs, tmp_path / "rep")
+    with open(tmp_path / "rep" / "table.csv", newline="") as f:
+        table = {r["algorithm"]: r for r in csv.DictReader(f)}
+    assert set(table) == {"examples.ditto:ditto", "FedAvg"}
+    last = [_metrics_csv(runs / f"ditto_{seed}")[-1] for seed in (0, 1, 2)]
+    for col, key in (("personal_acc", "personal_acc"), ("personal_angle", "personal_angle_deg")):
+        vals = np.array([float(r[key]) for r in last])
+        assert float(table["examples.ditto:ditto"][f"{col}_mean"]) == pytest.approx(vals.mean(), abs=1e-9)
+        assert float(table["examples.ditto:ditto"][f"{col}_std"]) == pytest.approx(vals.std(ddof=1), abs=1e-9)
+    assert len({r["personal_acc"] for r in last}) > 1  # the seeds differ: the std is not a 0 by chance
+    assert all(table["FedAvg"][f"personal_{k}"] == "" for k in ("acc_mean", "acc_std", "angle_mean", "angle_std"))

@@ -62,7 +62,9 @@ accounting existed have none: blank.
 
 **Outputs** (in ``out``, created if missing): ``report.md`` (per model: the final-evaluation table
 with η and seeds, the last-evaluations table, the η choice with every candidate's score, figures),
-``table.csv`` (one row per cell), and ``figures/``: per (model, dataset, partition) accuracy and angle
+``table.csv`` (one row per cell; for an algorithm with a personal model, ``personal_acc_*`` and
+``personal_angle_*``: each client's own model at the final evaluation, mean and std over seeds, blank
+for the other cells), and ``figures/``: per (model, dataset, partition) accuracy and angle
 vs round (seed mean ± std band, one line per variant at its η), a per-client accuracy heatmap at the
 final evaluation (every client, ranked worst to best within each run, then the mean over seeds at each
 rank: :func:`heatmap_data`; cf. Fig. 9 of the FedALF paper), when FedALF and a

@@ -18,7 +18,8 @@ from .runs import Cell, Run, _index, _plural, _shorten, cell_guarantee, cell_spe
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
                "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
                "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std", "guarantee",
-               "eps_spent", "eps_spent_delta")
+               "eps_spent", "eps_spent_delta",
+               "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std")
 
 
 # ---- numbers ------------------------------------------------------------------------------------
@@ -49,8 +50,11 @@ def cell_row(cell: Cell, last: int) -> dict:
     row["eps_spent"], row["eps_spent_delta"] = cell_spent(cell)
     names = list(dict.fromkeys(k for r in runs for k in r.own))
     row["own_metrics"] = {k: mean_std([r.own[k][-1] for r in runs if k in r.own]) for k in names}  # not in the CSV
-    if all(r.personal for r in runs):  # each client's own model: final values, beside the global model's (not in the CSV)
+    if all(r.personal for r in runs):  # each client's own model: final values, beside the global model's
         row["personal"] = {k: mean_std([r.personal[k][-1] for r in runs]) for k in PERSONAL_KEYS}
+    personal = row.get("personal", {})  # the CSV's personal_* columns: blank without a personal model
+    row["personal_acc_mean"], row["personal_acc_std"] = personal.get("personal_acc", (None, None))
+    row["personal_angle_mean"], row["personal_angle_std"] = personal.get("personal_angle_deg", (None, None))
     return row
 
 
