@@ -1,6 +1,8 @@
 """``fedalf report``: a paper-style table (Markdown and CSV) and figures from run and sweep directories.
 
-Runs are read only through :mod:`fedalf_jax.experiment.rundir`. The rules:
+Modules: :mod:`.runs` (reading runs, naming variants, cells and η), :mod:`.tables` (the numbers,
+``report.md``, ``table.csv``), :mod:`.figures`; :func:`report` ties them together. Runs are read only
+through :mod:`fedalf_jax.experiment.rundir`. The rules:
 
 **Which runs count.** Only runs whose status is ``done``. ``running`` and ``new`` runs (a sweep in
 progress or killed) and ``diverged`` runs are skipped; each kind is listed (count and names) in the
