@@ -17,9 +17,9 @@ from .runs import Cell, Run, _index, _plural, _shorten, cell_guarantee, cell_spe
 
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
                "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
-               "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std", "guarantee",
-               "eps_spent", "eps_spent_delta",
-               "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std")
+               "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
+               "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std", "guarantee",
+               "eps_spent", "eps_spent_delta")
 
 
 # ---- numbers ------------------------------------------------------------------------------------
