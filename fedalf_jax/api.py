@@ -148,7 +148,7 @@ class SweepResult:
     def varied(self) -> list:
         """The options (besides ``algorithm`` and ``seed``) whose values differ between the runs, in
         :class:`Config`'s order; an algorithm's own hyper-parameter as ``hp.NAME``."""
-        from .experiment.config import flat_options
+        from .experiment.identity import flat_options
         dicts = [flat_options(r.config.to_dict()) for r in self.runs]
         keys = [k for k in dict.fromkeys(k for d in dicts for k in d) if k not in ("algorithm", "seed", "out")]
         return [k for k in keys if len({repr(d.get(k)) for d in dicts}) > 1]
@@ -156,7 +156,7 @@ class SweepResult:
     @property
     def table(self):
         import pandas as pd
-        from .experiment.config import flat_options
+        from .experiment.identity import flat_options
         varied = self.varied
         final = ("mean_acc", "angle_deg", "worst10_acc")
         if any("personal_acc" in r.final for r in self.runs):  # each client's own model, beside the global one
