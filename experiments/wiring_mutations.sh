@@ -360,7 +360,7 @@ mutate notebooks/fedalf_round.ipynb "project's active-set solver (Wolfe's" "jaxo
 # issue #29 item 7: a sweep runs each distinct configuration once and shows its stage from its start
 # (labels start with "dedupe"), tests/test_sweep_dedupe.py
 D=tests/test_sweep_dedupe.py
-mutate fedalf_jax/experiment/sweep.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
+mutate fedalf_jax/experiment/sweep_plan.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
   '        ident = c.identity()' "dedupe: ignored options not normalised (every combination a run)" "$D -k distinct"
 mutate fedalf_jax/experiment/identity.py \
   '        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full")' '        pass' \
@@ -371,13 +371,13 @@ mutate fedalf_jax/experiment/identity.py '    if partition != "dirichlet":' '   
   "dedupe: pat1 runs differing only in --alpha run twice" "$D -k partition_ignores"
 mutate fedalf_jax/experiment/report.py '    out |= set(partition_ignores(cfg.get("partition", "pat1")))' '    pass' \
   "dedupe: the report names a pat1 variant by its unread alpha" "tests/test_report.py -k variant_names"
-mutate fedalf_jax/cli.py '                   for cs in (S.distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
+mutate fedalf_jax/cli.py '                   for cs in (distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
   "dedupe: --resume with the options refuses a sweep.json of distinct runs" "$D -k ignored_lr"
 mutate fedalf_jax/experiment/sweep.py "            with bar.stage(f\"planning {len(configs)} run{'s' if len(configs) != 1 else ''}\"):" \
   '            with contextlib.nullcontext():' "dedupe: the sweep says nothing while it plans" "$D -k stage"
-mutate fedalf_jax/experiment/sweep.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
+mutate fedalf_jax/experiment/sweep_memory.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
   "dedupe: compiling while it plans memory not shown" "$D -k stage"
-mutate fedalf_jax/api.py '               for cs in (S.distinct(configs)[0], configs)):' '               for cs in (configs,)):' \
+mutate fedalf_jax/api.py '               for cs in (distinct(configs)[0], configs)):' '               for cs in (configs,)):' \
   "dedupe: fj.sweep(resume=True) refuses a sweep.json of distinct runs" "$D -k fj_sweep"
 # issue #28 items 1, 2, 3, 7, 8, 9: the algorithm contract and the SCAFFOLD / FedNova examples (labels start with "contract")
 K=tests/test_contract.py
@@ -442,9 +442,9 @@ mutate fedalf_jax/experiment/config.py '        hp = self.resolved_hp
 mutate fedalf_jax/experiment/build.py 'A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})' \
   'A.OwnHParams({k: f(v) for k, v in cfg.declared_hp.items()})' \
   "ownhp: the declared defaults reach the round, not the values set" "$OH -k by_hand"
-mutate fedalf_jax/experiment/sweep.py '    d.pop("hp", None)  # the algorithm' '    pass  # the algorithm' \
+mutate fedalf_jax/experiment/sweep_plan.py '    d.pop("hp", None)  # the algorithm' '    pass  # the algorithm' \
   "ownhp: a sweep over an own hyper-parameter compiles one program per value" "$OH -k one_program"
-mutate fedalf_jax/experiment/sweep.py '                parts.append(f"{k[3:]}-{v:g}")' '                pass' \
+mutate fedalf_jax/experiment/sweep_plan.py '                parts.append(f"{k[3:]}-{v:g}")' '                pass' \
   "ownhp: the run names leave out the varied own hyper-parameter" "$OH -k one_program"
 mutate fedalf_jax/api.py '            opts = flat_options(r.config.to_dict())' '            opts = r.config.to_dict()' \
   "ownhp: the sweep table's own hyper-parameter columns empty" "$OH -k one_program"

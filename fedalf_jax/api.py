@@ -192,6 +192,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     unfinished runs are finished, its finished ones read back; the options must describe the same runs),
     or ``overwrite=True`` (the sweep's run files and ``sweep.json`` are removed first), as ``fj.run``'s."""
     from .experiment import sweep as S
+    from .experiment.sweep_plan import distinct, expand
     if resume and overwrite:
         raise ConfigError("resume=True continues the sweep in out and overwrite=True replaces it; choose one")
     cfg = _config(cfg, options)
@@ -201,7 +202,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     unknown = sorted(k for k in set(grid) - set(base) if not (isinstance(k, str) and k.startswith("hp.")))
     if unknown:
         raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
-    configs = S.expand(base, grid, list(seeds))
+    configs = expand(base, grid, list(seeds))
     root = Path(out)
     if (root / "sweep.json").is_file() and not resume:
         if not overwrite:
@@ -210,9 +211,9 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
         S.remove_sweep(root)
     if resume and (root / "sweep.json").is_file():
         there = sorted(json.dumps({**e["config"], "out": None}, sort_keys=True) for e in S.read_sweep(root)["runs"])
-        # sweep.json lists the distinct runs (S.distinct); one written before lists every combination
+        # sweep.json lists the distinct runs (sweep_plan.distinct); one written before lists every combination
         if all(sorted(json.dumps(c.to_dict(), sort_keys=True) for c in cs) != there
-               for cs in (S.distinct(configs)[0], configs)):
+               for cs in (distinct(configs)[0], configs)):
             raise ConfigError(f"resume=True: the options describe other runs than the sweep in {root}; give the "
                               f"sweep's own options, overwrite=True to replace it, or another out")
         S.resume(root, chunk=chunk, progress=progress)
