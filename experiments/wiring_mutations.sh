@@ -72,9 +72,9 @@ mutate fedalf_jax/experiment/report.py "    messages += last_k_notes(chosen, las
   "glue: fewer than K evaluations, silently" "$G -k last_k_mean"
 mutate fedalf_jax/experiment/sweep.py "    calls = 0
     plans, total = [], 0
-    for runs in members.values():
+    for key, runs in members.items():
 " "    plans, total = [], 0
-    for runs in members.values():
+    for key, runs in members.items():
         calls = 0
 " "glue: --shard numbers the program calls per combination" "$S -k shard_slices"
 mutate fedalf_jax/experiment/sweep.py 's.get("status", "done") == "diverged" or s.get' 's.get' \
@@ -299,7 +299,9 @@ mutate fedalf_jax/experiment/report.py "        except DamagedFile:  # a damaged
   "damaged: fedalf report skips a damaged metrics.csv as unreadable" "$DF -k report_refuses"
 mutate fedalf_jax/experiment/report.py '        read_csv_rows(rd.path / METRICS, columns=metric_columns(int(run.cfg["clients"])))' '        pass' \
   "damaged: fedalf report does not check metrics.csv's header" "$DF -k report_refuses"
-mutate fedalf_jax/experiment/sweep.py "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients))" "                pass" \
+mutate fedalf_jax/experiment/sweep.py \
+  "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm)))" \
+  "                pass" \
   "damaged: sweep --resume checks metrics.csv after extending sweep.json" "$DF -k sweep_resume_refuses"
 mutate fedalf_jax/experiment/loop.py "                return _rebuild_summary(cfg, rd, state, writer)" "                pass" \
   "damaged: a finished run's lost summary.json not rebuilt" "$DF -k missing_summary"
