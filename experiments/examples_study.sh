@@ -17,6 +17,7 @@ declare -A GROUP=(
 )
 declare -A EXTRA=(  # FedAdam/FedYogi: an adaptive server step wants a small eta_g; beta1 swept in one program
   [adaptive]="--server-lr 0.03 --hp beta1=0.9,0.99"
+  [personal]="--hp lam=0.1,1"  # Ditto's lambda swept in one program
 )
 declare -A PART=([pat1]="--partition pat1" [dir0.3]="--partition dirichlet --alpha 0.3")
 ok=1

@@ -286,7 +286,7 @@ def _bad(kind):
     ("server_state", r"server returned the new server state \{value: float32\[4\]\}; .*shape \(4,\), not \(3,\)"),
     ("server_info", r"server returned info 'loss_gap'.*add 'loss_gap' to metrics="),
     ("penalty", r"penalty's function returned \{value: float32\[3\]\}; expected a float scalar"),
-    ("init_state", r"init_client_state did not return a pytree of arrays"),
+    ("init_state", r"init_client_state returned \[.name.\] as a str \(.c_i.\); expected a pytree of arrays"),
     ("aux_undeclared", r"upload returned an auxiliary upload .*public_aux=True .*or public_aux=False"),
 ])
 def test_a_contract_mistake_is_one_line_naming_the_function(kind, match):

@@ -12,6 +12,7 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def error(msg: str) -> Exception:
@@ -147,11 +148,26 @@ def unpack_server(alg, out, s) -> tuple[Any, Any, dict]:
     return theta, sstate, info
 
 
+class _NotAnArray(Exception):
+    pass
+
+
 def check_state_init(alg, fn_name: str, make, *args):
     """``make(*args)``'s shapes (a pytree of arrays), or one line naming the initialiser."""
     fn = f"algorithm {alg.name!r}: {fn_name}"
+
+    def checked(*a):
+        out = make(*a)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(out):
+            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, bool)):
+                where = jax.tree_util.keystr(path) or "its value"
+                raise _NotAnArray(f"{fn} returned {where} as a {type(leaf).__name__} ({str(leaf)[:40]!r}); expected "
+                                  f"a pytree of arrays (the per-client or server state)")
+        return out
     try:
-        out = jax.eval_shape(make, *args)
+        out = jax.eval_shape(checked, *args)
+    except _NotAnArray as e:
+        raise error(str(e)) from None
     except TypeError as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else "TypeError"
         raise error(f"{fn} did not return a pytree of arrays ({msg[:160]})") from None
