@@ -72,9 +72,9 @@ mutate fedalf_jax/reporting/__init__.py "    messages += last_k_notes(chosen, la
   "glue: fewer than K evaluations, silently" "$G -k last_k_mean"
 mutate fedalf_jax/experiment/sweep.py "    calls = 0
     plans, total = [], 0
-    for runs in members.values():
+    for key, runs in members.items():
 " "    plans, total = [], 0
-    for runs in members.values():
+    for key, runs in members.items():
         calls = 0
 " "glue: --shard numbers the program calls per combination" "$S -k shard_slices"
 mutate fedalf_jax/experiment/sweep.py 's.get("status", "done") == "diverged" or s.get' 's.get' \
@@ -86,7 +86,7 @@ mutate fedalf_jax/experiment/sweep.py 'self.run_map = default_run_map() if cfg0.
 
 # issue #13, items 1-8 (labels start with "trust"): tests/test_trust.py
 T=tests/test_trust.py
-mutate fedalf_jax/experiment/config.py 'return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))' \
+mutate fedalf_jax/experiment/identity.py 'return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))' \
   'return []' "trust: a checkpoint's identity is not compared" "$T -k edited_since"
 mutate fedalf_jax/experiment/rundir.py "if not resume and self.holds_run():" "if False:" \
   "trust: a new run overwrites a finished one" "$T -k holds_one"
@@ -131,7 +131,7 @@ mutate fedalf_jax/bench/depth.py 'per_round = trips.max(0) if side_by_side else 
 mutate fedalf_jax/sim/qp.py "    lam, it = jax.vmap(lambda q, k, x: _solve_active(q, k, x, maxiter, tol))(Qs, ms, uni)" \
   "    lam, it = jax.vmap(lambda q, k, x: _solve_active(q, k, x, maxiter, tol))(Qs, ms, uni); it = jnp.broadcast_to(jnp.max(it), it.shape)" \
   "gpu: a batch's problems share one step count" "$Q -k active_is"
-mutate fedalf_jax/experiment/config.py '        return d.get(k, defaults.get(k, "<missing>"))' '        return d.get(k, "<missing>")' \
+mutate fedalf_jax/experiment/identity.py '        return d.get(k, defaults.get(k, "<missing>"))' '        return d.get(k, "<missing>")' \
   "gpu: a run from before a new option cannot resume" "$T -k new_option"
 # issue #15: where the noise goes, the noise-aware server, the private defaults (labels "private")
 PF=tests/test_private_fedalf.py
@@ -149,7 +149,7 @@ mutate fedalf_jax/sim/algorithms.py 'noise = jnp.sum(s.noise_var) if fair_norm =
   "private: the fair server ignores --fair-norm denoised" "$PF -k round_carries"
 mutate fedalf_jax/experiment/config.py '_PRIVATE_DEFAULTS = {"ldp_on": "update",' '_PRIVATE_DEFAULTS = {"ldp_on": "weights",' \
   "private: a private run's default puts the noise on the weights" "$PF -k guarantee_holding"
-mutate fedalf_jax/experiment/config.py '    d = {**LEGACY, **d}' '    d = dict(d)' \
+mutate fedalf_jax/experiment/identity.py '    d = {**LEGACY, **d}' '    d = dict(d)' \
   "private: a run from before --ldp-on resumes with today's defaults" "$PF -k before_these_options"
 # issue #16: the extension points (labels start with "api"), tests/test_api.py
 AP=tests/test_api.py
@@ -244,13 +244,13 @@ mutate fedalf_jax/experiment/accounting.py '    k = max(_realised_counts(cfg, t,
   "privbound: item 13: progress line epsilon at the expected count" "$PB -k headline"
 mutate fedalf_jax/sim/privacy.py '    t = jnp.clip((w - c) / r, -1.0, 1.0)' '    t = (w - c) / r' \
   "privbound: item 14: ldp_fl's delta/r not clipped to [-1, 1]" "$PB -k ldp_fl"
-mutate fedalf_jax/experiment/config.py '    if cfg.ldp == "ldp_fl" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:' '    if False:' \
+mutate fedalf_jax/experiment/guarantee.py '    if cfg.ldp == "ldp_fl" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:' '    if False:' \
   "privbound: item 14: ldp_fl's cut-off not in the guarantee" "$PB -k ldp_fl"
 mutate fedalf_jax/experiment/accounting.py 'Q_MIN = 1e-5 ' 'Q_MIN = 0.0 ' \
   "privbound: item 15: central sampling rate unbounded" "$PB -k accountant"
 mutate fedalf_jax/experiment/config.py '        _check_accountable(self)' '        pass' \
   "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
-mutate fedalf_jax/experiment/config.py "    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own" \
+mutate fedalf_jax/experiment/guarantee.py "    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own" \
   '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
 # issue #27 items 15 and 14: privacy accounted as the simulator samples (labels start with "privsample"),
 # tests/test_privacy_sampling.py
@@ -298,7 +298,9 @@ mutate fedalf_jax/reporting/runs.py "        except DamagedFile:  # a damaged me
   "damaged: fedalf report skips a damaged metrics.csv as unreadable" "$DF -k report_refuses"
 mutate fedalf_jax/reporting/runs.py '        read_csv_rows(rd.path / METRICS, columns=columns_of_file(rd.path / METRICS, int(run.cfg["clients"])))' '        pass' \
   "damaged: fedalf report does not check metrics.csv's header" "$DF -k report_refuses"
-mutate fedalf_jax/experiment/sweep.py "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients))" "                pass" \
+mutate fedalf_jax/experiment/sweep.py \
+  "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm)))" \
+  "                pass" \
   "damaged: sweep --resume checks metrics.csv after extending sweep.json" "$DF -k sweep_resume_refuses"
 mutate fedalf_jax/experiment/loop.py "                return _rebuild_summary(cfg, rd, state, writer)" "                pass" \
   "damaged: a finished run's lost summary.json not rebuilt" "$DF -k missing_summary"
@@ -319,7 +321,7 @@ mutate fedalf_jax/experiment/config.py '                d[f"{kind}_code"] = regi
   "identity: user code's digest not recorded (item 5)" "$ID -k changed_user_code"
 mutate fedalf_jax/experiment/rundir.py '            elif "uncheckable" in (old, new):' '            elif False:' \
   "identity: uncheckable user code refused instead of said (item 5)" "$ID -k cannot_be_checked"
-mutate fedalf_jax/cli.py '            changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]' \
+mutate fedalf_jax/cli.py '            changed = [k for k in identity_diff(old.identity(), want.identity()) if k in options]' \
   '            changed = [k for k in options if k not in C.BOOKKEEPING and want.to_dict()[k] != old.to_dict()[k]]' \
   "identity: run --resume compares raw options, not resolved values (item 6)" "$ID -k run_resume_accepts"
 mutate fedalf_jax/cli.py '            if all(sorted(map(_resolved, cs)) != sorted(map(_resolved, there))' \
@@ -359,23 +361,24 @@ mutate notebooks/fedalf_round.ipynb "project's active-set solver (Wolfe's" "jaxo
 # issue #29 item 7: a sweep runs each distinct configuration once and shows its stage from its start
 # (labels start with "dedupe"), tests/test_sweep_dedupe.py
 D=tests/test_sweep_dedupe.py
-mutate fedalf_jax/experiment/sweep.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
+mutate fedalf_jax/experiment/sweep_plan.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
   '        ident = c.identity()' "dedupe: ignored options not normalised (every combination a run)" "$D -k distinct"
-mutate fedalf_jax/experiment/config.py '        out.update(lr="client_grad=full", lr_decay="client_grad=full")' '        pass' \
+mutate fedalf_jax/experiment/identity.py \
+  '        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full")' '        pass' \
   "dedupe: FedLF client_grad=full said to read --lr" "$D -k distinct"
 mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
   "dedupe: the sweep runs every combination" "$D -k ignored_lr"
-mutate fedalf_jax/experiment/config.py '    if partition != "dirichlet":' '    if False:' \
+mutate fedalf_jax/experiment/identity.py '    if partition != "dirichlet":' '    if False:' \
   "dedupe: pat1 runs differing only in --alpha run twice" "$D -k partition_ignores"
 mutate fedalf_jax/reporting/runs.py '    out |= set(partition_ignores(cfg.get("partition", "pat1")))' '    pass' \
   "dedupe: the report names a pat1 variant by its unread alpha" "tests/test_report.py -k variant_names"
-mutate fedalf_jax/cli.py '                   for cs in (S.distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
+mutate fedalf_jax/cli.py '                   for cs in (distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
   "dedupe: --resume with the options refuses a sweep.json of distinct runs" "$D -k ignored_lr"
 mutate fedalf_jax/experiment/sweep.py "            with bar.stage(f\"planning {len(configs)} run{'s' if len(configs) != 1 else ''}\"):" \
   '            with contextlib.nullcontext():' "dedupe: the sweep says nothing while it plans" "$D -k stage"
-mutate fedalf_jax/experiment/sweep.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
+mutate fedalf_jax/experiment/sweep_memory.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
   "dedupe: compiling while it plans memory not shown" "$D -k stage"
-mutate fedalf_jax/api.py '               for cs in (S.distinct(configs)[0], configs)):' '               for cs in (configs,)):' \
+mutate fedalf_jax/api.py '               for cs in (distinct(configs)[0], configs)):' '               for cs in (configs,)):' \
   "dedupe: fj.sweep(resume=True) refuses a sweep.json of distinct runs" "$D -k fj_sweep"
 # issue #28 items 1, 2, 3, 7, 8, 9: the algorithm contract and the SCAFFOLD / FedNova examples (labels start with "contract")
 K=tests/test_contract.py
@@ -385,7 +388,7 @@ mutate fedalf_jax/sim/round.py '    bcast = alg.broadcast(state.sstate) if' \
 mutate fedalf_jax/sim/round.py 'return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, aux)' \
   'return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, jax.tree_util.tree_map(jnp.zeros_like, aux))' \
   "contract: the auxiliary uploads reach the server as zeros (item 2)" "$K -k scaffold_example"
-mutate fedalf_jax/experiment/config.py '        if alg is not None and alg.public_aux is False:' '        if False:' \
+mutate fedalf_jax/experiment/guarantee.py '        if alg is not None and alg.public_aux is False:' '        if False:' \
   "contract: the privacy record is silent on a non-public aux (item 2)" "$K -k privacy_record"
 mutate fedalf_jax/sim/round.py '(epochs * ((n + batch_size - 1) // batch_size))' '(epochs * (n // batch_size))' \
   "contract: the local step count misses a last partial batch (item 3)" "$K -k fednova_example"
@@ -440,9 +443,9 @@ mutate fedalf_jax/experiment/config.py '        hp = self.resolved_hp
 mutate fedalf_jax/experiment/build.py 'A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})' \
   'A.OwnHParams({k: f(v) for k, v in cfg.declared_hp.items()})' \
   "ownhp: the declared defaults reach the round, not the values set" "$OH -k by_hand"
-mutate fedalf_jax/experiment/sweep.py '    d.pop("hp", None)  # the algorithm' '    pass  # the algorithm' \
+mutate fedalf_jax/experiment/sweep_plan.py '    d.pop("hp", None)  # the algorithm' '    pass  # the algorithm' \
   "ownhp: a sweep over an own hyper-parameter compiles one program per value" "$OH -k one_program"
-mutate fedalf_jax/experiment/sweep.py '                parts.append(f"{k[3:]}-{v:g}")' '                pass' \
+mutate fedalf_jax/experiment/sweep_plan.py '                parts.append(f"{k[3:]}-{v:g}")' '                pass' \
   "ownhp: the run names leave out the varied own hyper-parameter" "$OH -k one_program"
 mutate fedalf_jax/api.py '            opts = flat_options(r.config.to_dict())' '            opts = r.config.to_dict()' \
   "ownhp: the sweep table's own hyper-parameter columns empty" "$OH -k one_program"

@@ -148,7 +148,7 @@ class SweepResult:
     def varied(self) -> list:
         """The options (besides ``algorithm`` and ``seed``) whose values differ between the runs, in
         :class:`Config`'s order; an algorithm's own hyper-parameter as ``hp.NAME``."""
-        from .experiment.config import flat_options
+        from .experiment.identity import flat_options
         dicts = [flat_options(r.config.to_dict()) for r in self.runs]
         keys = [k for k in dict.fromkeys(k for d in dicts for k in d) if k not in ("algorithm", "seed", "out")]
         return [k for k in keys if len({repr(d.get(k)) for d in dicts}) > 1]
@@ -156,7 +156,7 @@ class SweepResult:
     @property
     def table(self):
         import pandas as pd
-        from .experiment.config import flat_options
+        from .experiment.identity import flat_options
         varied = self.varied
         final = ("mean_acc", "angle_deg", "worst10_acc")
         if any("personal_acc" in r.final for r in self.runs):  # each client's own model, beside the global one
@@ -192,6 +192,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     unfinished runs are finished, its finished ones read back; the options must describe the same runs),
     or ``overwrite=True`` (the sweep's run files and ``sweep.json`` are removed first), as ``fj.run``'s."""
     from .experiment import sweep as S
+    from .experiment.sweep_plan import distinct, expand
     if resume and overwrite:
         raise ConfigError("resume=True continues the sweep in out and overwrite=True replaces it; choose one")
     cfg = _config(cfg, options)
@@ -201,7 +202,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     unknown = sorted(k for k in set(grid) - set(base) if not (isinstance(k, str) and k.startswith("hp.")))
     if unknown:
         raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
-    configs = S.expand(base, grid, list(seeds))
+    configs = expand(base, grid, list(seeds))
     root = Path(out)
     if (root / "sweep.json").is_file() and not resume:
         if not overwrite:
@@ -210,9 +211,9 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
         S.remove_sweep(root)
     if resume and (root / "sweep.json").is_file():
         there = sorted(json.dumps({**e["config"], "out": None}, sort_keys=True) for e in S.read_sweep(root)["runs"])
-        # sweep.json lists the distinct runs (S.distinct); one written before lists every combination
+        # sweep.json lists the distinct runs (sweep_plan.distinct); one written before lists every combination
         if all(sorted(json.dumps(c.to_dict(), sort_keys=True) for c in cs) != there
-               for cs in (S.distinct(configs)[0], configs)):
+               for cs in (distinct(configs)[0], configs)):
             raise ConfigError(f"resume=True: the options describe other runs than the sweep in {root}; give the "
                               f"sweep's own options, overwrite=True to replace it, or another out")
         S.resume(root, chunk=chunk, progress=progress)

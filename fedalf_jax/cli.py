@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .experiment import config as C
 from .experiment.config import CONTINUOUS, Config, ConfigError
+from .experiment.identity import from_run, identity_diff
 from .interrupt import INTERRUPT, Interrupted, signal_name
 from .notices import shown as shown_notices
 
@@ -263,7 +264,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
             old = Config.from_dict(saved)  # an option newer than the run: its default
             # resolved values, as the checkpoint's identity compares them: --rho 0.01 is fedalf's default
             options = {f.name for f in dataclasses.fields(Config)}  # (derived entries follow their options)
-            changed = [k for k in C.identity_diff(old.identity(), want.identity()) if k in options]
+            changed = [k for k in identity_diff(old.identity(), want.identity()) if k in options]
             if "hp" in changed:  # name the hyper-parameters: --hp beta1 (0.9 there, 0.5 given)
                 was, now = old.resolved_hp, want.resolved_hp
                 changed[changed.index("hp")] = ", ".join(
@@ -440,6 +441,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_sweep(args) -> int:
     from .experiment import sweep as S
+    from .experiment.sweep_plan import distinct
     if args.sweep_chunk is not None and args.sweep_chunk < 1:
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
     given = _given(args)
@@ -455,10 +457,10 @@ def _cmd_sweep(args) -> int:
     if args.resume and planned:
         if given or args.seeds or args.config:  # the flags must describe the sweep that is there
             configs = _sweep_configs(args, given)
-            there = [Config.from_dict({**C.from_run(r["config"]), "out": None}) for r in S.read_sweep(args.out)["runs"]]
-            # a sweep.json lists the distinct runs (S.distinct); one written before lists every combination
+            there = [Config.from_dict({**from_run(r["config"]), "out": None}) for r in S.read_sweep(args.out)["runs"]]
+            # a sweep.json lists the distinct runs (sweep_plan.distinct); one written before lists every combination
             if all(sorted(map(_resolved, cs)) != sorted(map(_resolved, there))
-                   for cs in (S.distinct(configs)[0], configs)):
+                   for cs in (distinct(configs)[0], configs)):
                 raise ConfigError(f"--resume: the options describe other runs than the sweep in {args.out}; "
                                   f"resume it with only --out (and --rounds N to extend it, --sweep-chunk, "
                                   f"--no-progress)")
@@ -491,7 +493,7 @@ def _resolved(cfg: Config) -> str:
 
 
 def _sweep_configs(args, given: dict) -> list:
-    from .experiment.sweep import expand
+    from .experiment.sweep_plan import expand
     base = Config.load(args.config).to_dict() if args.config else {}
     seeds = args.seeds if args.seeds is not None else [base.get("seed", 0)]
     return expand(base, given, seeds)

@@ -187,6 +187,7 @@ def test_sweep_says_before_starting_when_its_checkpoints_exceed_the_free_disk(tm
     import numpy as np
 
     from fedalf_jax.experiment import sweep as S
+    from fedalf_jax.experiment import sweep_memory as M
     from fedalf_jax.experiment.build import build
     from fedalf_jax.sim.round import init_state
     configs = _tiny_configs(3)
@@ -200,11 +201,11 @@ def test_sweep_says_before_starting_when_its_checkpoints_exceed_the_free_disk(tm
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if "checkpoints need" in ln]
     assert len(lines) == 1 and started, err
-    assert f"~{S._gb(4 * one)} (one per run: 3 runs, ~{S._gb(3 * one)}, plus one being written)" in lines[0]
-    assert f"more than the {S._gb(one)} free in {tmp_path / 's'}" in lines[0]
-    assert S.check_disk(configs, tmp_path, announce=lambda m: None) == 4 * one
+    assert f"~{M._gb(4 * one)} (one per run: 3 runs, ~{M._gb(3 * one)}, plus one being written)" in lines[0]
+    assert f"more than the {M._gb(one)} free in {tmp_path / 's'}" in lines[0]
+    assert M.check_disk(configs, tmp_path, announce=lambda m: None) == 4 * one
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 ** 12, 0, 4 * one))  # just fits
-    assert S.check_disk(configs, tmp_path, announce=lambda m: pytest.fail(m)) is None
+    assert M.check_disk(configs, tmp_path, announce=lambda m: pytest.fail(m)) is None
 
 
 # ---- item 5: no jax API that a newer jax removes -------------------------------------------------------------

@@ -208,7 +208,7 @@ def test_sweep_resume_accepts_the_defaults_spelled_out_and_refuses_other_values(
 def _rewrite_identities(folder: Path, edit) -> None:
     """Every checkpoint's recorded identity passed through ``edit`` (as an older or another process wrote it)."""
     import numpy as np
-    from fedalf_jax.experiment.config import identity_digest
+    from fedalf_jax.experiment.identity import identity_digest
     for ck in folder.glob("checkpoint*.npz"):
         with np.load(ck) as f:
             members = {k: f[k] for k in f.files}

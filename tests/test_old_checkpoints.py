@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fedalf_jax as fj
-from fedalf_jax.experiment.config import identity_digest
+from fedalf_jax.experiment.identity import identity_digest
 
 _COMMON = ('"alpha": 0.5, "assign": "fedlf", "batch_size": 20, "client_grad": "full", "client_map": "auto", '
            '"clients": 6, "clients_per_round": 3, "clip": 1.0, "conv_impl": "auto", "data_dir": null, '

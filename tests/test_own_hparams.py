@@ -105,7 +105,7 @@ def test_a_beta1_sweep_is_one_program_and_each_run_equals_its_single_run(tmp_pat
 
 def test_hp_is_traced_the_same_shapes_whatever_its_value():
     from fedalf_jax.experiment.build import hparams
-    from fedalf_jax.experiment.sweep import static_key
+    from fedalf_jax.experiment.sweep_plan import static_key
     a, b = _cfg(ADAM, hp={"beta1": 0.5}), _cfg(ADAM, hp={"beta1": 0.6, "tau": 1.0})
     assert static_key(a) == static_key(b)
     ha, hb = hparams(a), hparams(b)
@@ -277,14 +277,14 @@ def test_a_factory_that_needs_the_layers_to_declare_is_refused_in_one_line():
 def test_a_grid_over_algorithms_fills_in_each_ones_own_defaults(tmp_path):
     """``fj.sweep`` from a FedAdam config over ``algorithm``: FedAvg gets no ``hp`` (FedAdam's defaults are
     not carried over), FedYogi its own defaults."""
-    from fedalf_jax.experiment.sweep import expand
+    from fedalf_jax.experiment.sweep_plan import expand
     cfg = _cfg(ADAM)
     base = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "out")}
     base["hp"] = dict(cfg.hp)
     got = expand(base, {"algorithm": ["fedavg", YOGI]}, [0])
     assert [c.to_dict().get("hp") for c in got] == [None, {"beta1": 0.9, "beta2": 0.99, "tau": 0.001}]
     # the run names: only options the runs differ in, an own hyper-parameter only among runs that have it
-    from fedalf_jax.experiment.sweep import run_names
+    from fedalf_jax.experiment.sweep_plan import run_names
     assert run_names(got) == ["fedavg", "examples.fedadam-fedyogi"]
     yogi = expand({**base, "algorithm": YOGI, "hp": None}, {"hp.beta1": [0.5, 0.9]}, [0])
     assert run_names([got[0], *yogi]) == ["fedavg", "examples.fedadam-fedyogi_beta1-0.5", "examples.fedadam-fedyogi_beta1-0.9"]

@@ -11,6 +11,7 @@ import pytest
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment import config as C
+from fedalf_jax.experiment import identity as ID
 from fedalf_jax.experiment.build import build
 from fedalf_jax.experiment.config import Config, ConfigError
 from fedalf_jax.problem.models import ModelError, make_model
@@ -93,8 +94,8 @@ def test_bad_precision_is_one_line(capsys, tmp_path):
 def test_precision_is_identity_and_round_trips(capsys, tmp_path):
     assert "matmul_precision" not in C.BOOKKEEPING
     a, b = Config(), Config(matmul_precision="highest")
-    assert C.identity_diff(a.identity(), b.identity()) == ["matmul_precision"]
-    assert C.identity_digest(a.identity()) != C.identity_digest(b.identity())
+    assert ID.identity_diff(a.identity(), b.identity()) == ["matmul_precision"]
+    assert ID.identity_digest(a.identity()) != ID.identity_digest(b.identity())
     out = tmp_path / "run"
     assert main(["run", *TINY, "--matmul-precision", "highest", "--out", str(out)]) == 0
     saved = json.loads((out / "config.json").read_text())

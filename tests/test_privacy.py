@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax.experiment.config import validate_privacy
+from fedalf_jax.experiment.guarantee import validate_privacy
 from fedalf_jax.sim import privacy as P
 
 Z = 6.0
@@ -510,7 +510,8 @@ def test_adaptive_warns_where_float32_releases_the_model_exactly():
 
 # ---- issue 13 item 9: does the formal guarantee hold for this configuration? ----------------------
 
-from fedalf_jax.experiment.config import Config, ConfigError, privacy_guarantee  # noqa: E402
+from fedalf_jax.experiment.config import Config, ConfigError  # noqa: E402
+from fedalf_jax.experiment.guarantee import privacy_guarantee  # noqa: E402
 
 # (options, holds, a phrase of `why`), written out by hand from docs/privacy.md ("The guarantee field")
 # and sim/algorithms.py's uploads: FedAvg/FedProx/qFedAvg/FedLF-local upload w̃ (or (θ−w̃)/η_l);

@@ -15,7 +15,8 @@ import pytest
 
 import fedalf_jax as fj
 from fedalf_jax.experiment import accounting as A
-from fedalf_jax.experiment.config import Config, privacy_guarantee
+from fedalf_jax.experiment.config import Config
+from fedalf_jax.experiment.guarantee import privacy_guarantee
 from fedalf_jax.sim import privacy as P
 
 TINY = dict(dataset="synthetic", model="mlp", clients=6, clients_per_round=2, rounds=6, eval_every=3,

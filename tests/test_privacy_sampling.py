@@ -16,7 +16,8 @@ import pytest
 import fedalf_jax as fj
 from fedalf_jax.experiment import accounting as A
 from fedalf_jax.experiment.build import central_sensitivity, hparams
-from fedalf_jax.experiment.config import Config, ConfigError, identity_diff
+from fedalf_jax.experiment.config import Config, ConfigError
+from fedalf_jax.experiment.identity import identity_diff
 from fedalf_jax.sim import privacy as P
 
 

@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax.experiment.config import Config, from_run, privacy_guarantee
+from fedalf_jax.experiment.config import Config
+from fedalf_jax.experiment.guarantee import privacy_guarantee
+from fedalf_jax.experiment.identity import from_run
 from fedalf_jax.sim.algorithms import make_admm_upload, model_upload, scaled_model_upload
 from fedalf_jax.sim.fairness import fair_direction
 from fedalf_jax.sim.round import RoundSpec, privatise, upload_noise

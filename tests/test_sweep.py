@@ -12,7 +12,8 @@ from fedalf_jax.cli import main
 from fedalf_jax.experiment import loop
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.experiment.rundir import RunDir, find_runs
-from fedalf_jax.experiment.sweep import expand, resume, run_names, static_key, sweep
+from fedalf_jax.experiment.sweep import resume, sweep
+from fedalf_jax.experiment.sweep_plan import expand, run_names, static_key
 
 TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "8", "--clients-per-round", "3",
         "--synthetic-train", "600", "--synthetic-test", "160", "--batch-size", "20", "--rounds", "4",

@@ -8,7 +8,7 @@ import json
 import re
 
 from fedalf_jax.cli import main
-from fedalf_jax.experiment import sweep as S
+from fedalf_jax.experiment import sweep_plan as P
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.experiment.rundir import RunDir
 
@@ -36,43 +36,43 @@ def _run_dirs(out):
 def test_distinct_counts_of_the_readmes_sweep_and_of_options_an_algorithm_ignores():
     # the README's old sweep: fedavg and fedalf read lr (2 × 2 partitions × 3 lr × 3 seeds = 36 runs),
     # FedLF (client_grad=full) does not: its 18 combinations are 2 partitions × 3 seeds = 6 runs
-    cfgs = S.expand({"model": "mlp"}, {"algorithm": ["fedavg", "fedlf", "fedalf"], "partition": ["pat1", "pat2"],
+    cfgs = P.expand({"model": "mlp"}, {"algorithm": ["fedavg", "fedlf", "fedalf"], "partition": ["pat1", "pat2"],
                                        "lr": [0.01, 0.05, 0.1]}, [0, 1, 2])
-    kept, notice = S.distinct(cfgs)
+    kept, notice = P.distinct(cfgs)
     assert len(cfgs) == 54 and len(kept) == 42
     assert [c.lr for c in kept if c.algorithm == "fedlf"] == [0.01] * 6  # the first of each, in order
     assert notice == ("fedlf ignores --lr (client_grad=full): 54 combinations are 42 distinct runs "
                       "(fedlf's 18 are 6); running each once")
     # FedLF with local training reads lr: nothing collapses
-    local = S.expand({"model": "mlp", "algorithm": "fedlf", "client_grad": "local"}, {"lr": [0.01, 0.1]}, [0])
-    assert S.distinct(local) == (local, None)
+    local = P.expand({"model": "mlp", "algorithm": "fedlf", "client_grad": "local"}, {"lr": [0.01, 0.1]}, [0])
+    assert P.distinct(local) == (local, None)
     # mu is FedProx's alone: fedavg's 2 are 1, fedprox keeps both
-    kept, notice = S.distinct(S.expand({"model": "mlp"}, {"algorithm": ["fedavg", "fedprox"], "mu": [0.0, 0.1]}, [0]))
+    kept, notice = P.distinct(P.expand({"model": "mlp"}, {"algorithm": ["fedavg", "fedprox"], "mu": [0.0, 0.1]}, [0]))
     assert [(c.algorithm, c.mu) for c in kept] == [("fedavg", 0.0), ("fedprox", 0.0), ("fedprox", 0.1)]
     assert notice.startswith("fedavg ignores --mu: 4 combinations are 3 distinct runs")
     # epsilon without a privacy mechanism; delta and clip without dp gaussian or central
-    kept, notice = S.distinct(S.expand({"model": "mlp", "algorithm": "fedavg"}, {"epsilon": [1.0, 2.0],
+    kept, notice = P.distinct(P.expand({"model": "mlp", "algorithm": "fedavg"}, {"epsilon": [1.0, 2.0],
                                                                                  "clip": [0.5, 1.0]}, [0]))
     assert len(kept) == 1 and "--epsilon (ldp=none, dp=none)" in notice and "--clip (dp=none)" in notice
     # runs of different lengths are different runs, though their identity (rounds excluded) is one
-    rounds = S.expand({"model": "mlp", "algorithm": "fedlf"}, {"rounds": [2, 4]}, [0])
-    assert S.distinct(rounds) == (rounds, None)
+    rounds = P.expand({"model": "mlp", "algorithm": "fedlf"}, {"rounds": [2, 4]}, [0])
+    assert P.distinct(rounds) == (rounds, None)
     # a user's algorithm may read any hyper-parameter: nothing is known ignored
     user = [Config(model="mlp", algorithm="examples.feddyn:feddyn", lr=lr) for lr in (0.01, 0.1)]
-    assert S.distinct(user) == (user, None)
+    assert P.distinct(user) == (user, None)
 
 
 def test_a_partition_ignores_alpha_outside_dirichlet_and_assign_outside_pat_for_every_algorithm():
     # the examples' study (experiments/examples_study.sh) as one sweep: pat1 and Dirichlet over two alphas
-    cfgs = S.expand({"model": "mlp"}, {"algorithm": ["fedavg", "examples.feddyn:feddyn"],
+    cfgs = P.expand({"model": "mlp"}, {"algorithm": ["fedavg", "examples.feddyn:feddyn"],
                                        "partition": ["pat1", "dirichlet"], "alpha": [0.3, 0.5]}, [0])
-    kept, notice = S.distinct(cfgs)
+    kept, notice = P.distinct(cfgs)
     assert [(c.algorithm, c.partition, c.alpha) for c in kept] == [
         ("fedavg", "pat1", 0.3), ("fedavg", "dirichlet", 0.3), ("fedavg", "dirichlet", 0.5),
         ("examples.feddyn:feddyn", "pat1", 0.3), ("examples.feddyn:feddyn", "dirichlet", 0.3),
         ("examples.feddyn:feddyn", "dirichlet", 0.5)]
     assert "fedavg ignores --alpha (partition=pat1)" in notice and "8 combinations are 6 distinct runs" in notice
-    kept, notice = S.distinct(S.expand({"model": "mlp", "algorithm": "fedavg"},
+    kept, notice = P.distinct(P.expand({"model": "mlp", "algorithm": "fedavg"},
                                        {"partition": ["iid", "pat2"], "assign": ["fedlf", "shards"]}, [0]))
     assert [(c.partition, c.assign) for c in kept] == [("iid", "fedlf"), ("pat2", "fedlf"), ("pat2", "shards")]
     assert "--assign (partition=iid)" in notice
@@ -110,9 +110,9 @@ def test_a_sweep_json_from_before_that_lists_duplicates_still_resumes(tmp_path, 
     or without the options that made it; and the three FedLF runs that differ only in lr are one
     trajectory, bit for bit (what the dedupe relies on)."""
     out = tmp_path / "old"
-    cfgs = S.expand({**BASE, "algorithm": "fedlf"}, {"lr": [float(x) for x in LRS]}, [0])
+    cfgs = P.expand({**BASE, "algorithm": "fedlf"}, {"lr": [float(x) for x in LRS]}, [0])
     out.mkdir()
-    S.plan(cfgs, out, {"chunk": None})  # sweep.json as the old code wrote it: 3 runs
+    P.plan(cfgs, out, {"chunk": None})  # sweep.json as the old code wrote it: 3 runs
     assert main(["sweep", "--resume", "--out", str(out), "--no-progress"]) == 0
     assert "3 runs: 3 done" in capsys.readouterr().out
     runs = [_rows(out / d / "metrics.csv") for d in _run_dirs(out)]

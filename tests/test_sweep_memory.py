@@ -19,6 +19,8 @@ from fedalf_jax.cli import main
 from fedalf_jax import bench as bench_mod
 from fedalf_jax.experiment import rundir as R
 from fedalf_jax.experiment import sweep as S
+from fedalf_jax.experiment import sweep_memory as M
+from fedalf_jax.experiment import sweep_plan as P
 from fedalf_jax.experiment.build import build
 from fedalf_jax.experiment.config import Config, ConfigError
 from fedalf_jax.experiment.rundir import RunDir
@@ -51,39 +53,39 @@ class Linear:
 
 def test_the_whole_combination_is_compiled_once_when_it_fits():
     est = Linear(100, 10)
-    assert S.fit_width(est, 64, 1, limit=740) == (64, {64: 740})
+    assert M.fit_width(est, 64, 1, limit=740) == (64, {64: 740})
     assert est.calls == [64]  # the sweep runs this very program: nothing compiled in vain
 
 
 @pytest.mark.parametrize("limit, width", [(739, 63), (500, 40), (125, 2), (119, 1), (50, 1)])
 def test_the_widest_call_within_the_limit_is_chosen(limit, width):
     est = Linear(100, 10)
-    got, seen = S.fit_width(est, 64, 1, limit=limit)
+    got, seen = M.fit_width(est, 64, 1, limit=limit)
     assert got == width and all(w <= 64 for w in seen)
     assert len(est.calls) <= 4
 
 
 def test_widths_are_multiples_of_the_devices_and_wide_arguments_are_not_compiled():
     est = Linear(100, 10)
-    assert S.fit_width(est, 61, 4, limit=500, args_bytes=lambda w: 5 * w)[0] == 40
+    assert M.fit_width(est, 61, 4, limit=500, args_bytes=lambda w: 5 * w)[0] == 40
     assert est.calls[:2] == [64, 8]  # 61 runs: 16 calls of 4 at most; then two runs per device
     est = Linear(100, 10)
-    assert S.fit_width(est, 61, 4, limit=500, args_bytes=lambda w: 60 * w) == (8, {8: 180})
+    assert M.fit_width(est, 61, 4, limit=500, args_bytes=lambda w: 60 * w) == (8, {8: 180})
     assert est.calls == [8]  # 60·w > 500 beyond w = 8: the wider calls are not compiled
     # one run per device compiling to a costlier program does not mislead the interpolation
     est = Linear(100, 10, one_extra=1000)
-    assert S.fit_width(est, 64, 1, limit=500)[0] == 40
+    assert M.fit_width(est, 64, 1, limit=500)[0] == 40
 
 
 def test_memory_limit_sources(monkeypatch):
-    assert S.memory_limit(123) == (123, "the given limit")
-    assert S.memory_limit(None, {"FEDALF_MEMORY_LIMIT": "1.5GiB"})[0] == int(1.5 * 2 ** 30)
-    assert S.memory_limit(None, {"FEDALF_MEMORY_LIMIT": "2e9"})[0] == 2 * 10 ** 9
+    assert M.memory_limit(123) == (123, "the given limit")
+    assert M.memory_limit(None, {"FEDALF_MEMORY_LIMIT": "1.5GiB"})[0] == int(1.5 * 2 ** 30)
+    assert M.memory_limit(None, {"FEDALF_MEMORY_LIMIT": "2e9"})[0] == 2 * 10 ** 9
     with pytest.raises(ConfigError, match="FEDALF_MEMORY_LIMIT must be a memory size"):
-        S.memory_limit(None, {"FEDALF_MEMORY_LIMIT": "lots"})
+        M.memory_limit(None, {"FEDALF_MEMORY_LIMIT": "lots"})
     if jax.default_backend() == "cpu":
-        monkeypatch.setattr(S, "_mem_available", lambda: 10 * 10 ** 9)
-        assert S.memory_limit(None, {}) == (8 * 10 ** 9, "available host memory 10.0 GB × 0.8")
+        monkeypatch.setattr(M, "_mem_available", lambda: 10 * 10 ** 9)
+        assert M.memory_limit(None, {}) == (8 * 10 ** 9, "available host memory 10.0 GB × 0.8")
 
 
 def test_a_bad_memory_limit_is_one_line(tmp_path, capsys, monkeypatch):
@@ -94,9 +96,9 @@ def test_a_bad_memory_limit_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_a_small_memory_limit_chooses_a_narrower_call_says_why_and_runs_it(tmp_path, capsys, monkeypatch, compile_cache):
-    cfgs = S.expand({**BASE, "algorithm": "fedavg"}, {}, [0, 1, 2, 3])
+    cfgs = P.expand({**BASE, "algorithm": "fedavg"}, {}, [0, 1, 2, 3])
     group = S._Group([(c, None) for c in cfgs])
-    sizer = S._Sizer(group, S.static_key(cfgs[0]), False, None)
+    sizer = M._Sizer(group, P.static_key(cfgs[0]), False, None)
     at2, at4 = sizer(2), sizer(4)
     assert at2 < at4
     limit = (at2 + at4) // 2  # 2 runs fit, 4 do not
@@ -137,9 +139,9 @@ def test_a_small_memory_limit_chooses_a_narrower_call_says_why_and_runs_it(tmp_p
 
 
 def test_abstract_inputs_are_the_shapes_of_the_real_ones():
-    cfgs = S.expand({**BASE, "algorithm": "fedalf"}, {"lr": [0.05, 0.1]}, [0, 1])
+    cfgs = P.expand({**BASE, "algorithm": "fedalf"}, {"lr": [0.05, 0.1]}, [0, 1])
     group = S._Group([(c, None) for c in cfgs])
-    assert S._avals(group.abstract_inputs(3)) == S._avals(group.inputs([0, 1, 3]))
+    assert M._avals(group.abstract_inputs(3)) == M._avals(group.inputs([0, 1, 3]))
 
 
 # ---- bench_sweep: one single run's state at a time ---------------------------------------------------
@@ -187,7 +189,7 @@ def test_a_sweep_keeps_one_checkpoint_per_run_and_never_more_than_one_being_writ
         return real(path)
 
     monkeypatch.setattr(R, "_read_meta", read_meta)
-    cfgs = S.expand({**BASE, "algorithm": "fedalf", "rounds": 6, "checkpoint_every": "1", "eval_every": 1},
+    cfgs = P.expand({**BASE, "algorithm": "fedalf", "rounds": 6, "checkpoint_every": "1", "eval_every": 1},
                     {"lr": [0.05, 0.1, 0.2]}, [0])
     S.sweep(cfgs, out, chunk=2, progress=False)
     assert _checkpoint_files(out) == [f"{n}/checkpoint.npz" for n in names]
@@ -198,7 +200,7 @@ def test_a_sweep_keeps_one_checkpoint_per_run_and_never_more_than_one_being_writ
 
 
 def test_a_sweep_killed_between_its_runs_checkpoints_resumes_each_run_from_its_own(tmp_path, monkeypatch, compile_cache):
-    cfgs = S.expand({**BASE, "algorithm": "fedalf", "rounds": 6, "checkpoint_every": "2"}, {"lr": [0.05, 0.1]}, [0])
+    cfgs = P.expand({**BASE, "algorithm": "fedalf", "rounds": 6, "checkpoint_every": "2"}, {"lr": [0.05, 0.1]}, [0])
     whole = tmp_path / "whole"
     S.sweep(cfgs, whole, progress=False)
     real = RunDir.save_checkpoint

@@ -392,7 +392,7 @@ def test_a_run_from_before_a_new_option_resumes_with_that_options_default(tmp_pa
     # A run directory written before an option existed (here: matmul_precision, added with issue 14)
     # has no entry for it in config.json nor in its checkpoint's identity: it ran with the default,
     # so --resume continues it (and still refuses a non-default value).
-    from fedalf_jax.experiment.config import identity_digest
+    from fedalf_jax.experiment.identity import identity_digest
     a = tmp_path / "a"
     assert main(["run", *TINY, "--out", str(a)]) == 0
     cfg = json.loads((a / "config.json").read_text())

@@ -211,10 +211,10 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
 
 def central_sensitivity(cfg: Config) -> float:
     """``dp="central"``: the server step's replace-one sensitivity in units of η_g·clip
-    (config.CENTRAL_SENSITIVITY); 0 else."""
+    (guarantee.CENTRAL_SENSITIVITY); 0 else."""
     if cfg.dp != "central":
         return 0.0
-    from .config import CENTRAL_SENSITIVITY
+    from .guarantee import CENTRAL_SENSITIVITY
     return 2.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0
 
 

@@ -53,7 +53,8 @@ import numpy as np
 
 from ..sim.round import METRIC_KEYS
 from ..notices import Notice
-from .config import DATASETS, Config, ConfigError, from_run, identity_diff, identity_digest
+from .config import DATASETS, Config, ConfigError
+from .identity import from_run, identity_diff, identity_digest
 from .writers import (NOFOLLOW, PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, open_new,
                       read_csv_rows, tmp_name)
 

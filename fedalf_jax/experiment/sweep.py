@@ -10,31 +10,30 @@ its own program.
 
 Every run writes the run directory ``fedalf run`` would write, under ``out/<name>``; ``out/sweep.json``
 lists them. Combinations that differ only in options their algorithm ignores are one run
-(:func:`distinct`): the sweep makes and lists the first of them only, and says so in one line. With ``--run-map map`` (the CPU's default) a run of a sweep gives the metrics of the single
+(:func:`.sweep_plan.distinct`): the sweep makes and lists the first of them only, and says so in one line. With ``--run-map map`` (the CPU's default) a run of a sweep gives the metrics of the single
 ``fedalf run`` with the same config bit for bit (tests/test_sweep.py): the runs are computed one after
 another inside the program. With ``vmap`` (the GPU's default) they are batched, the server's QPs of all
 runs included, and equal their single runs up to float32 summation order (the tolerance in
 tests/test_sweep.py). ``resume=True`` finishes the runs that have no ``summary.json``, each from its last checkpoint.
 
 Memory and disk: without ``--sweep-chunk``, a new sweep sizes its program calls before it starts
-(:func:`choose_chunk`: the widest call whose compiled program's planned memory, from XLA's
+(:func:`.sweep_memory.choose_chunk`: the widest call whose compiled program's planned memory, from XLA's
 ``memory_analysis``, fits the device's memory) and records the choice in ``sweep.json``. A sweep's runs
 keep one checkpoint each (``RunDir(keep_previous=False)``): the disk holds one generation of the
 runs' checkpoints plus the one being written.
+
+This module runs a sweep (its program calls, run directories, resume, shards); what it runs is planned by
+:mod:`.sweep_plan` (the grid's configs, one run per distinct configuration, run names, ``sweep.json``) and
+:mod:`.sweep_memory` (the program calls sized to the device's memory, the checkpoints to the disk).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
 import math
-import os
-import re
 import sys
-import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -42,144 +41,15 @@ import numpy as np
 
 from ..sim.round import ClientData, init_state
 from .build import check_devices, client_rows, device_data, hparams, load_pool, make_spec, pad_rows, pool_key, warn_privacy
-from .config import (BOOKKEEPING, CONTINUOUS, Config, ConfigError, flat_options, from_run, identity_digest,
-                     ignored_options)
-from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, say, train
+from .config import Config, ConfigError
+from .identity import from_run
+from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, train
 from .progress import Progress
 from .rundir import METRICS, RunDir, extra_columns, metric_columns, read_sweep, write_sweep
+from .sweep_memory import _avals, _sds, check_disk, choose_chunk
+from .sweep_plan import _planned, distinct, plan, static_key
+from .sweep_plan import expand  # noqa: F401 - public: notebooks/explore_runs.ipynb calls sweep.expand
 from .writers import read_csv_rows
-
-_SHORT = {"lr": "lr", "lr_decay": "lrdecay", "server_lr": "slr", "server_lr_decay": "slrdecay", "mu": "mu",
-          "rho": "rho", "q": "q", "epsilon": "eps", "delta": "delta", "clip": "clip"}
-_BARE = ("algorithm", "dataset", "partition", "model")  # values readable without their key
-
-
-def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Config]:
-    """Every combination of ``grid``'s values (and every seed) on top of ``base``, validated. A key
-    ``hp.NAME`` varies the algorithm's own hyper-parameter ``NAME`` (``Config.hp``), over ``base``'s."""
-    keys = list(grid)
-    out, seen = [], set()
-    for values in itertools.product(*(grid[k] for k in keys)):
-        combo = dict(zip(keys, values))
-        own = {k[3:]: combo.pop(k) for k in keys if k.startswith("hp.")}
-        if own:
-            combo["hp"] = {**(combo.get("hp", base.get("hp")) or {}), **own}
-        for seed in seeds:
-            cfg = Config.from_dict({**base, **combo, "seed": seed, "out": None})
-            k = json.dumps(cfg.to_dict(), sort_keys=True)
-            if k not in seen:
-                seen.add(k)
-                out.append(cfg)
-    return out
-
-
-def distinct(configs: list[Config]) -> tuple[list[Config], Optional[str]]:
-    """The distinct runs of ``configs`` (the first of each, in order) and a one-line notice saying which
-    combinations collapsed (``None`` when none did). Two configs are one run when they differ only in
-    options their algorithm ignores (:func:`config.ignored_options`): their resolved identities
-    (:meth:`Config.identity`) with those options normalised have one digest, and their bookkeeping
-    (rounds, cadences, writers) is equal."""
-    kept: list[Config] = []
-    first: dict[tuple, Config] = {}
-    count: dict[str, list[int]] = {}  # algorithm -> [combinations, distinct runs]
-    why: dict[tuple[str, str], list[str]] = {}  # (algorithm, condition) -> the ignored options that varied
-    for c in configs:
-        ignored = ignored_options(c)
-        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}
-        key = identity_digest(ident), json.dumps({k: getattr(c, k) for k in BOOKKEEPING if k != "out"}, sort_keys=True)
-        n = count.setdefault(c.algorithm, [0, 0])
-        n[0] += 1
-        twin = first.get(key)
-        if twin is None:
-            first[key] = c
-            kept.append(c)
-            n[1] += 1
-            continue
-        for k in sorted(ignored):
-            if getattr(c, k) != getattr(twin, k):
-                opts = why.setdefault((c.algorithm, ignored[k]), [])
-                if k not in opts:
-                    opts.append(k)
-    if len(kept) == len(configs):
-        return kept, None
-    said = ", ".join(f"{a} ignores {', '.join('--' + k.replace('_', '-') for k in opts)}" + (f" ({cond})" if cond else "")
-                     for (a, cond), opts in why.items())
-    each = ", ".join(f"{a}'s {n} are {d}" for a, (n, d) in count.items() if n != d) if len(count) > 1 else ""
-    return kept, (f"{said}: {len(configs)} combinations are {len(kept)} distinct runs{f' ({each})' if each else ''}; "
-                  f"running each once")
-
-
-def static_key(cfg: Config) -> str:
-    """What must be equal for runs to share one program: everything but seed and continuous values."""
-    d = cfg.to_dict()
-    for k in (*CONTINUOUS, "seed", "out"):
-        d.pop(k)
-    d.pop("hp", None)  # the algorithm's own: traced too (their names are the algorithm's)
-    return json.dumps(d, sort_keys=True)
-
-
-def run_names(configs: list[Config]) -> list[str]:
-    """Readable, unique directory names from the options that vary across ``configs``."""
-    dicts = [flat_options(c.to_dict()) for c in configs]
-    keys = list(dict.fromkeys(k for d in dicts for k in d))
-    # an own hyper-parameter names a run only when its algorithm's runs differ in it (a grid of algorithms,
-    # one declaring beta, is not varied in beta: fedavgm_seed0, not fedavgm_beta-0.9_seed0)
-    varying = [k for k in keys if k not in ("out",) and len({json.dumps(d.get(k)) for d in dicts
-                                                          if not (k.startswith("hp.") and d.get(k) is None)}) > 1]
-    names = []
-    for d in dicts:
-        parts = [d["algorithm"]]
-        for k in varying:
-            v = d.get(k)
-            if k == "algorithm" or (v is None and k.startswith("hp.")):
-                continue
-            if k.startswith("hp."):  # the algorithm's own: beta1-0.9
-                parts.append(f"{k[3:]}-{v:g}")
-            elif k == "seed":
-                parts.append(f"seed{v}")
-            elif k in _BARE:
-                parts.append(str(v))
-            elif isinstance(v, bool) or v is None:
-                parts.append(f"{k}-{'default' if v is None else ('on' if v else 'off')}")
-            elif isinstance(v, str):
-                parts.append(f"{k}-{v}")
-            else:
-                parts.append(f"{_SHORT.get(k, k)}{v:g}")
-        names.append(re.sub(r"[^A-Za-z0-9_.+=-]", "-", "_".join(parts)))
-    counts: dict[str, int] = {}
-    unique = []
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
-        unique.append(n if counts[n] == 1 else f"{n}_{counts[n]}")
-    return unique
-
-
-def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None, *, same: bool = False) -> None:
-    """Write ``out/sweep.json`` for ``configs`` (refusing a folder that already holds a sweep, unless
-    ``same`` and it is this very sweep: the slices of a sharded sweep all plan it)."""
-    root = Path(out)
-    if not _planned(configs, root, same=same):
-        runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
-        write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
-
-
-def _planned(configs: list[Config], root: Path, *, same: bool) -> bool:
-    """Whether ``root`` already holds this very sweep (``same``: the slices of a sharded sweep); raises one
-    line when it holds another sweep or a run."""
-    runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
-    if (root / "sweep.json").exists():
-        if same and read_sweep(root)["runs"] == runs:
-            return True  # another slice of the same sweep planned it
-        raise ConfigError(f"{root} already holds a sweep; finish it with fedalf sweep --resume --out {root}, "
-                          f"or choose another --out")
-    if RunDir(root).holds_run():
-        raise ConfigError(f"{root} holds a run (config.json); a sweep needs a folder of its own: choose another --out")
-    taken = [n for n in run_names(configs) if RunDir(root / n).holds_run()]
-    if taken:
-        raise ConfigError(f"{root / taken[0]} already holds a run that is not part of a sweep.json; "
-                          f"choose another --out")
-    return False
-
 
 def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,
           meta: Optional[dict] = None, shard: Optional[tuple[int, int]] = None, memory_limit: Optional[int] = None,
@@ -221,38 +91,6 @@ def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None
                            compress=compress_checkpoints, bar=bar)
     finally:
         bar.close()
-
-
-def checkpoint_bytes(configs: list[Config]) -> tuple[int, int]:
-    """``(bytes of all the runs' checkpoints, bytes of the largest one)``, uncompressed: each run's state
-    (its shapes from ``jax.eval_shape``: nothing is computed)."""
-    total, largest, sizes = 0, 0, {}
-    for c in configs:
-        key = static_key(c)
-        if key not in sizes:
-            spec = make_spec(c, load_pool(c))
-            sizes[key] = _nbytes(jax.eval_shape(lambda: init_state(spec, c.seed)))
-        total, largest = total + sizes[key], max(largest, sizes[key])
-    return total, largest
-
-
-def check_disk(configs: list[Config], root: Path, *, compressed: bool = False, announce=say) -> Optional[int]:
-    """Before a sweep starts: when its checkpoints (one per run, plus the one being written) need more
-    than the free space under ``root`` (``shutil.disk_usage``), say so in one line; returns the bytes
-    needed then, else ``None``. Compressed checkpoints are smaller by an amount not known in advance
-    (float weights compress little), so the line says the uncompressed size."""
-    import shutil
-    total, largest = checkpoint_bytes(configs)
-    need = total + largest
-    free = shutil.disk_usage(root).free
-    if need <= free:
-        return None
-    n = len(configs)
-    announce(f"warning: this sweep's checkpoints need ~{_gb(need)} (one per run: {n} run{'s' if n != 1 else ''}, "
-             f"~{_gb(total)}, plus one being written{', uncompressed' if compressed else ''}), more than the "
-             f"{_gb(free)} free in {root}; free space or choose --out on a larger disk, or the sweep stops at the "
-             f"first checkpoint that does not fit (--resume continues it)")
-    return need
 
 
 def _check_chunk(chunk) -> None:
@@ -450,243 +288,6 @@ def results(out: str | Path) -> list[dict]:
         s = rd.summary() or {}
         res.append({"name": e["name"], "dir": str(rd.path), "status": rd.status(), "final": s.get("final")})
     return res
-
-
-# ---- sizing the program calls to the device's memory ------------------------------------------------
-
-MEMORY_ENV = "FEDALF_MEMORY_LIMIT"  # bytes a program call may plan ("40GB", "512MiB", "2e9"): overrides the device's
-GPU_SHARE = 0.9   # of the accelerator's free memory pool (XLA's allocator, fragmentation)
-HOST_SHARE = 0.8  # of the host's available memory (the CPU backend: data, the host copies, Python)
-_UNITS = {"": 1, "b": 1, "k": 10 ** 3, "kb": 10 ** 3, "m": 10 ** 6, "mb": 10 ** 6, "g": 10 ** 9, "gb": 10 ** 9,
-          "t": 10 ** 12, "tb": 10 ** 12, "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
-
-
-def parse_bytes(text: str, what: str = MEMORY_ENV) -> int:
-    """``"40GB"``, ``"512MiB"``, ``"2e9"`` → bytes."""
-    m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
-    try:
-        value = float(m.group(1)) * _UNITS[m.group(2)]
-    except (AttributeError, KeyError, ValueError):
-        value = -1.0
-    if not value > 0:
-        raise ConfigError(f"{what} must be a memory size such as 40GB, 512MiB or 2e9 bytes, got {text!r}")
-    return int(value)
-
-
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
-
-
-def _mem_available() -> Optional[int]:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def memory_limit(given: Optional[int] = None, environ=None) -> tuple[Optional[int], str]:
-    """``(bytes, where from)``: the memory one program call of a sweep may plan. ``given`` (bytes), else
-    ``FEDALF_MEMORY_LIMIT``, else the first device's free memory pool (``memory_stats()['bytes_limit']``
-    less what is in use) × ``GPU_SHARE``, else (the CPU backend) ``MemAvailable`` × ``HOST_SHARE``;
-    ``(None, why)`` when none is known."""
-    env = os.environ if environ is None else environ
-    if given is not None:
-        return int(given), "the given limit"
-    if env.get(MEMORY_ENV):
-        return parse_bytes(env[MEMORY_ENV]), MEMORY_ENV
-    dev = jax.devices()[0]
-    try:
-        stats = dev.memory_stats()
-    except Exception:  # noqa: BLE001 - a backend without memory statistics
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-        return int(GPU_SHARE * free), f"{dev.platform} memory pool {_gb(stats['bytes_limit'])} × {GPU_SHARE}"
-    if dev.platform == "cpu":
-        avail = _mem_available()
-        if avail:
-            return int(HOST_SHARE * avail), f"available host memory {_gb(avail)} × {HOST_SHARE}"
-    return None, f"no memory limit known for {dev.platform}"
-
-
-class _LateBar:
-    """The progress of a program compiled before the sweep's bar exists (when the sweep is sized): its
-    compile state goes to ``bar`` once set."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar: Optional[Progress] = None
-
-    def compiling(self, on: bool) -> None:
-        if self.bar is not None:
-            self.bar.compiling(on)
-
-
-def _sds(shape, dtype):
-    return jax.ShapeDtypeStruct(tuple(shape), jax.dtypes.canonicalize_dtype(dtype))
-
-
-def _avals(tree):
-    """Structure, shapes and dtypes of ``tree`` (arrays or shapes): equal for inputs a compiled program takes."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    return treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in leaves)
-
-
-def _nbytes(tree) -> int:
-    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree))
-
-
-class NoEstimate(Exception):
-    """XLA gives no memory analysis for this backend's programs."""
-
-
-def program_bytes(compiled, inputs_bytes: int = 0) -> int:
-    """The device memory a compiled program plans (XLA's ``memory_analysis``): its arguments, its
-    outputs that do not reuse a donated argument, and its temporaries. ``inputs_bytes``: the arguments
-    to count instead of the program's own (the train-loss program reads part of the inputs that stay
-    alive while it runs)."""
-    try:
-        m = compiled.memory_analysis()
-    except Exception as e:  # noqa: BLE001 - not implemented on this backend
-        raise NoEstimate(str(e)) from None
-    if m is None:
-        raise NoEstimate("no memory analysis")
-    args = max(int(m.argument_size_in_bytes), inputs_bytes)
-    return args + int(m.output_size_in_bytes) - int(m.alias_size_in_bytes) + int(m.temp_size_in_bytes)
-
-
-class _Sizer:
-    """The planned memory of a program call of ``width`` runs of ``group`` (compiled with abstract inputs:
-    nothing is allocated): the larger of the chunk program's (``min(eval_every, rounds)`` rounds and
-    the evaluation) and the train-loss program's with the call's inputs alive; on the CPU backend
-    plus the host copy of the state a checkpoint takes while the next call runs. The programs are kept
-    in ``programs[(key, width)]`` for the sweep to run (see :meth:`_Group.run`)."""
-
-    def __init__(self, group: "_Group", key: str, progress: bool, programs: Optional[dict],
-                 bar: Optional[Progress] = None):
-        self.group, self.key, self.progress, self.programs, self.bar = group, key, progress, programs, bar
-        cfg = group.members[0][0]
-        self.length = min(cfg.eval_every, cfg.rounds)
-        self.cpu = jax.default_backend() == "cpu"
-
-    def args_bytes(self, width: int) -> int:
-        return _nbytes(self.group.abstract_inputs(width))
-
-    def __call__(self, width: int) -> int:
-        g = self.group
-        args = g.abstract_inputs(width)
-        late = _LateBar(self.progress)
-        late.bar = self.bar  # the sweep's bar says "compiling" while it compiles
-        program = Program(g.spec, batched=True, data_axes=g.axes, progress=late, devices=g.devices, run_map=g.run_map)
-        chunk = program_bytes(program.compiled(self.length, *args))
-        loss = program_bytes(program.compiled_train_loss(*args), inputs_bytes=_nbytes(args))
-        if self.programs is not None:
-            self.programs[(self.key, width)] = (program, late, _avals(args))
-        return max(chunk, loss) + (_nbytes(args[0]) if self.cpu else 0)
-
-
-def fit_width(estimate, runs: int, devices: int, limit: int, args_bytes=None, tries: int = 4) -> tuple[int, dict]:
-    """The widest program call (a multiple of ``devices``, at most ``runs`` rounded up to one) whose
-    ``estimate(width)`` (bytes; each call compiles a program) is within ``limit``, and the estimates made.
-
-    Calls wider than ``args_bytes`` allows cannot fit (their arguments alone exceed the limit) and are
-    not compiled. The widest candidate is compiled first (the sweep runs that program if it fits: no
-    compile is wasted); else the width is interpolated between it and a narrow call (two runs per
-    device: one per device may compile to another program) and checked, at most ``tries`` times. When
-    not even one run per device fits, that is the answer (the sweep says so)."""
-    seen: dict[int, int] = {}
-
-    def est(w: int) -> int:
-        if w not in seen:
-            seen[w] = estimate(w)
-        return seen[w]
-
-    hi = -(-runs // devices) * devices
-    if args_bytes is not None:
-        while hi > devices and args_bytes(hi) > limit:
-            hi -= devices
-    if est(hi) <= limit:
-        return hi, seen
-    lo = 2 * devices if hi > 2 * devices else devices
-    if est(lo) > limit:
-        if lo != devices:
-            est(devices)
-        return devices, seen
-    for _ in range(tries):  # lo fits, hi does not
-        if hi - lo <= devices:
-            break
-        slope = (est(hi) - est(lo)) / (hi - lo)
-        w = lo + int((limit - est(lo)) / slope) // devices * devices if slope > 0 else hi - devices
-        w = max(lo + devices, min(hi - devices, w))
-        if est(w) <= limit:
-            lo = w
-            break
-        hi = w
-    return lo, seen
-
-
-def choose_chunk(configs: list[Config], *, limit: Optional[int] = None, progress: bool = False,
-                 programs: Optional[dict] = None, announce=say, bar: Optional[Progress] = None) -> Optional[int]:
-    """The most runs per program call for a sweep of ``configs``: for each discrete combination, the widest
-    call whose planned memory (:class:`_Sizer`, :func:`fit_width`) fits :func:`memory_limit`; the
-    smallest of these over the combinations, or ``None`` when every combination fits whole. Says in one
-    line (``announce``) what it chose and why. ``programs`` receives the compiled programs (the sweep
-    runs those of the widths it uses)."""
-    lim, source = memory_limit(limit)
-    groups: dict[str, list[Config]] = {}
-    for c in configs:
-        groups.setdefault(static_key(c), []).append(c)
-    if lim is None:
-        announce(f"sweep chunk: all runs of a combination in one program call ({source}; --sweep-chunk N bounds it)")
-        return None
-    chosen: Optional[int] = None
-    worst = None  # (width, runs, bytes at width, bytes of the whole combination, label)
-    fits_all = []  # (bytes, runs) of the combinations that fit whole
-    for key, cfgs in groups.items():
-        group = _Group([(c, None) for c in cfgs])
-        sizer = _Sizer(group, key, progress, programs, bar)
-        try:
-            width, seen = fit_width(sizer, len(cfgs), group.devices, lim, args_bytes=sizer.args_bytes)
-        except NoEstimate as e:
-            announce(f"sweep chunk: all runs of a combination in one program call (XLA gives no memory estimate "
-                     f"on {jax.default_backend()}: {e}; --sweep-chunk N bounds it)")
-            return None
-        full = -(-len(cfgs) // group.devices) * group.devices
-        if width >= full:
-            fits_all.append((seen[width], len(cfgs)))
-            continue
-        if chosen is None or width < chosen:
-            chosen = width
-            worst = (width, len(cfgs), seen[width], _extrapolate(seen, full), f"{cfgs[0].algorithm}/{cfgs[0].model}")
-    several = len(groups) > 1
-    if chosen is None:
-        b, n = max(fits_all)
-        what = (f"all {n} runs in one program call, ~{_gb(b)}" if not several else
-                f"all runs of each of the {len(groups)} combinations in one program call, ~{_gb(b)} for the largest")
-        announce(f"sweep chunk {max(n for _, n in fits_all)}: {what}; memory limit {_gb(lim)} ({source})")
-    else:
-        width, n, b, whole, label = worst
-        over = " (more than the limit: it may not run)" if b > lim else ""
-        announce(f"sweep chunk {width} of {n} runs: ~{_gb(b)} per {width}-run program call{over}, ~{_gb(whole)} for "
-                 f"all {n}{' of ' + label if several else ''}; memory limit {_gb(lim)} ({source}); "
-                 f"--sweep-chunk N overrides")
-    if programs is not None:  # keep only the programs of the widths the sweep will run
-        used = {(k, -(-min(chosen or len(cs), len(cs)) // cs[0].devices) * cs[0].devices) for k, cs in groups.items()}
-        for k in [k for k in programs if k not in used]:
-            del programs[k]
-    return chosen
-
-
-def _extrapolate(seen: dict, width: int) -> float:
-    """The estimate at ``width`` (measured, or on the line through the two widest measured)."""
-    if width in seen:
-        return seen[width]
-    (w0, b0), (w1, b1) = sorted(seen.items())[-2:] if len(seen) > 1 else (sorted(seen.items())[0],) * 2
-    return b1 if w1 == w0 else b1 + (b1 - b0) / (w1 - w0) * (width - w1)
 
 
 def _start_rounds(rundirs) -> list[int]:

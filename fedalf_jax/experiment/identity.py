@@ -1,0 +1,108 @@
+"""A run's identity and the options it reads: what makes two configurations one run.
+
+:func:`identity_digest` and :func:`identity_diff` compare the identities checkpoints record
+(:meth:`Config.identity`); :func:`from_run` reads a saved config as it ran (:data:`LEGACY`: the values of
+the options added since); :func:`ignored_options` names the options a run never reads (a sweep runs
+combinations that differ only in them once, the report names no variant by them); :func:`flat_options`
+spreads ``hp`` into one ``hp.NAME`` entry each, as a sweep's table, its run names and the report compare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+from .config import ALGORITHMS, BOOKKEEPING, CONTENT, Config
+
+# Options added after runs were made: a run directory whose config.json lacks one ran with this value.
+LEGACY = {"ldp_on": "weights", "fair_norm": "raw"}
+
+
+def identity_digest(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def identity_diff(a: dict, b: dict) -> list[str]:
+    """The options whose values differ between two identities (sorted). An option one of them lacks
+    (recorded before the option existed) counts with its default, the value it ran with. Bookkeeping
+    options (an identity recorded when ``data_dir`` was part of it) and :data:`CONTENT` digests, checked
+    on their own, are left out."""
+    defaults = {**{f.name: f.default for f in dataclasses.fields(Config)
+                   if f.default is not dataclasses.MISSING}, **LEGACY}
+
+    def get(d, k):
+        return d.get(k, defaults.get(k, "<missing>"))
+
+    return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))
+
+
+# option -> the built-in algorithms that read it (the others' programs never do); the report names no
+# variant by an option its run does not read, and a sweep runs combinations differing only in such
+# options once (ignored_options)
+USED_BY = {
+    "mu": ("fedprox",), "q": ("qfedavg",),
+    "rho": ("fedadmm", "fedalf"), "server_target": ("fedadmm", "fedalf"), "dual_from": ("fedadmm", "fedalf"),
+    "client_grad": ("fedlf",),
+    "history": ("fedlf", "fedalf"), "history_tau": ("fedlf", "fedalf"), "merge_tol": ("fedlf", "fedalf"),
+    "qp_method": ("fedlf", "fedalf"), "fair_norm": ("fedlf", "fedalf"),
+}
+
+
+def partition_ignores(partition: str) -> dict[str, str]:
+    """The data options ``partition`` never reads, each with its condition: ``alpha`` outside ``dirichlet``,
+    ``assign`` outside ``pat1``/``pat2`` (:func:`fedalf_jax.problem.partitions.make_partition`)."""
+    out = {}
+    if partition != "dirichlet":
+        out["alpha"] = f"partition={partition}"
+    if partition not in ("pat1", "pat2"):
+        out["assign"] = f"partition={partition}"
+    return out
+
+
+def ignored_options(cfg: "Config") -> dict[str, str]:
+    """The options ``cfg``'s run never reads, each with the condition that makes it so ("" when its
+    algorithm never reads it): runs of a built-in algorithm that differ only in these compute the same
+    trajectory bit for bit. A user's algorithm reads ``HParams`` as it likes: of its options only the
+    partition's (:func:`partition_ignores`) are known ignored."""
+    algo = cfg.algorithm
+    if algo not in ALGORITHMS:
+        return partition_ignores(cfg.partition)
+    out = {**partition_ignores(cfg.partition), **{k: "" for k, users in USED_BY.items() if algo not in users}}
+    if algo == "fedlf" and cfg.client_grad == "full":  # no local training: the client sends ∇f_i(θ_t)
+        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full")
+    if algo == "qfedavg":  # its step is set by its h_i (dp central, whose noise reads η_g, refuses qfedavg)
+        out.update(server_lr="", server_lr_decay="")
+    if cfg.ldp == "none" and cfg.dp == "none":
+        out["epsilon"] = "ldp=none, dp=none"
+    if cfg.dp not in ("gaussian", "central"):
+        out.update(delta=f"dp={cfg.dp}", clip=f"dp={cfg.dp}")
+    return out
+
+
+def from_run(d: dict) -> dict:
+    """A run directory's saved config (config.json, or a sweep.json entry) as it ran: an option it lacks
+    was added after it was written, and it ran with that option's :data:`LEGACY` value; the per-algorithm
+    defaults that a private run now resolves differently (``_PRIVATE_DEFAULTS``) are filled in with the
+    values it resolved then, so ``--resume`` continues it unchanged."""
+    if "ldp_on" in d:
+        return d
+    d = {**LEGACY, **d}
+    if d.get("ldp", "none") != "none" or d.get("dp", "none") != "none":
+        then = Config.from_dict({**d, "ldp": "none", "dp": "none"})  # how defaults resolved before
+        for name in ("server_target", "server_lr", "server_lr_decay", "dual_from"):
+            if d.get(name) is None:
+                d[name] = getattr(then, f"resolved_{name}")
+    return d
+
+
+def flat_options(d: dict) -> dict:
+    """A config dict (``Config.to_dict``, config.json) with its ``hp`` dict spread into one ``hp.NAME`` entry
+    per hyper-parameter, in ``hp``'s place: what a sweep's table, its run names and the report compare."""
+    out = {}
+    for k, v in d.items():
+        if k == "hp" and isinstance(v, dict):
+            out.update({f"hp.{n}": x for n, x in v.items()})
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,151 @@
+"""A sweep's plan: the grid's configs, one run per distinct configuration, the runs' names and ``sweep.json``.
+
+:func:`expand` makes every combination of a grid's values and seeds; :func:`distinct` keeps one run of
+the combinations that differ only in options their algorithm ignores (:func:`.identity.ignored_options`);
+:func:`static_key` is what runs must share to be one compiled program; :func:`run_names` names their
+directories from the options that vary; :func:`plan` writes ``out/sweep.json`` (:mod:`.sweep` runs it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import time
+from pathlib import Path
+from typing import Iterable, Optional
+
+from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError
+from .identity import flat_options, identity_digest, ignored_options
+from .rundir import RunDir, read_sweep, write_sweep
+
+_SHORT = {"lr": "lr", "lr_decay": "lrdecay", "server_lr": "slr", "server_lr_decay": "slrdecay", "mu": "mu",
+          "rho": "rho", "q": "q", "epsilon": "eps", "delta": "delta", "clip": "clip"}
+_BARE = ("algorithm", "dataset", "partition", "model")  # values readable without their key
+
+
+def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Config]:
+    """Every combination of ``grid``'s values (and every seed) on top of ``base``, validated. A key
+    ``hp.NAME`` varies the algorithm's own hyper-parameter ``NAME`` (``Config.hp``), over ``base``'s."""
+    keys = list(grid)
+    out, seen = [], set()
+    for values in itertools.product(*(grid[k] for k in keys)):
+        combo = dict(zip(keys, values))
+        own = {k[3:]: combo.pop(k) for k in keys if k.startswith("hp.")}
+        if own:
+            combo["hp"] = {**(combo.get("hp", base.get("hp")) or {}), **own}
+        for seed in seeds:
+            cfg = Config.from_dict({**base, **combo, "seed": seed, "out": None})
+            k = json.dumps(cfg.to_dict(), sort_keys=True)
+            if k not in seen:
+                seen.add(k)
+                out.append(cfg)
+    return out
+
+
+def distinct(configs: list[Config]) -> tuple[list[Config], Optional[str]]:
+    """The distinct runs of ``configs`` (the first of each, in order) and a one-line notice saying which
+    combinations collapsed (``None`` when none did). Two configs are one run when they differ only in
+    options their algorithm ignores (:func:`.identity.ignored_options`): their resolved identities
+    (:meth:`Config.identity`) with those options normalised have one digest, and their bookkeeping
+    (rounds, cadences, writers) is equal."""
+    kept: list[Config] = []
+    first: dict[tuple, Config] = {}
+    count: dict[str, list[int]] = {}  # algorithm -> [combinations, distinct runs]
+    why: dict[tuple[str, str], list[str]] = {}  # (algorithm, condition) -> the ignored options that varied
+    for c in configs:
+        ignored = ignored_options(c)
+        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}
+        key = identity_digest(ident), json.dumps({k: getattr(c, k) for k in BOOKKEEPING if k != "out"}, sort_keys=True)
+        n = count.setdefault(c.algorithm, [0, 0])
+        n[0] += 1
+        twin = first.get(key)
+        if twin is None:
+            first[key] = c
+            kept.append(c)
+            n[1] += 1
+            continue
+        for k in sorted(ignored):
+            if getattr(c, k) != getattr(twin, k):
+                opts = why.setdefault((c.algorithm, ignored[k]), [])
+                if k not in opts:
+                    opts.append(k)
+    if len(kept) == len(configs):
+        return kept, None
+    said = ", ".join(f"{a} ignores {', '.join('--' + k.replace('_', '-') for k in opts)}" + (f" ({cond})" if cond else "")
+                     for (a, cond), opts in why.items())
+    each = ", ".join(f"{a}'s {n} are {d}" for a, (n, d) in count.items() if n != d) if len(count) > 1 else ""
+    return kept, (f"{said}: {len(configs)} combinations are {len(kept)} distinct runs{f' ({each})' if each else ''}; "
+                  f"running each once")
+
+
+def static_key(cfg: Config) -> str:
+    """What must be equal for runs to share one program: everything but seed and continuous values."""
+    d = cfg.to_dict()
+    for k in (*CONTINUOUS, "seed", "out"):
+        d.pop(k)
+    d.pop("hp", None)  # the algorithm's own: traced too (their names are the algorithm's)
+    return json.dumps(d, sort_keys=True)
+
+
+def run_names(configs: list[Config]) -> list[str]:
+    """Readable, unique directory names from the options that vary across ``configs``."""
+    dicts = [flat_options(c.to_dict()) for c in configs]
+    keys = list(dict.fromkeys(k for d in dicts for k in d))
+    # an own hyper-parameter names a run only when its algorithm's runs differ in it (a grid of algorithms,
+    # one declaring beta, is not varied in beta: fedavgm_seed0, not fedavgm_beta-0.9_seed0)
+    varying = [k for k in keys if k not in ("out",) and len({json.dumps(d.get(k)) for d in dicts
+                                                          if not (k.startswith("hp.") and d.get(k) is None)}) > 1]
+    names = []
+    for d in dicts:
+        parts = [d["algorithm"]]
+        for k in varying:
+            v = d.get(k)
+            if k == "algorithm" or (v is None and k.startswith("hp.")):
+                continue
+            if k.startswith("hp."):  # the algorithm's own: beta1-0.9
+                parts.append(f"{k[3:]}-{v:g}")
+            elif k == "seed":
+                parts.append(f"seed{v}")
+            elif k in _BARE:
+                parts.append(str(v))
+            elif isinstance(v, bool) or v is None:
+                parts.append(f"{k}-{'default' if v is None else ('on' if v else 'off')}")
+            elif isinstance(v, str):
+                parts.append(f"{k}-{v}")
+            else:
+                parts.append(f"{_SHORT.get(k, k)}{v:g}")
+        names.append(re.sub(r"[^A-Za-z0-9_.+=-]", "-", "_".join(parts)))
+    counts: dict[str, int] = {}
+    unique = []
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+        unique.append(n if counts[n] == 1 else f"{n}_{counts[n]}")
+    return unique
+
+
+def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None, *, same: bool = False) -> None:
+    """Write ``out/sweep.json`` for ``configs`` (refusing a folder that already holds a sweep, unless
+    ``same`` and it is this very sweep: the slices of a sharded sweep all plan it)."""
+    root = Path(out)
+    if not _planned(configs, root, same=same):
+        runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
+        write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
+
+
+def _planned(configs: list[Config], root: Path, *, same: bool) -> bool:
+    """Whether ``root`` already holds this very sweep (``same``: the slices of a sharded sweep); raises one
+    line when it holds another sweep or a run."""
+    runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
+    if (root / "sweep.json").exists():
+        if same and read_sweep(root)["runs"] == runs:
+            return True  # another slice of the same sweep planned it
+        raise ConfigError(f"{root} already holds a sweep; finish it with fedalf sweep --resume --out {root}, "
+                          f"or choose another --out")
+    if RunDir(root).holds_run():
+        raise ConfigError(f"{root} holds a run (config.json); a sweep needs a folder of its own: choose another --out")
+    taken = [n for n in run_names(configs) if RunDir(root / n).holds_run()]
+    if taken:
+        raise ConfigError(f"{root / taken[0]} already holds a run that is not part of a sweep.json; "
+                          f"choose another --out")
+    return False
