@@ -100,7 +100,7 @@ _HELP = {
     "seed": "run seed (data partition, sampling, initialisation, noise)",
     "local_optimizer": "the clients' local optimiser (optax, its state fresh each round): sgd, momentum or nesterov "
                        "(β 0.9), adam (optax's defaults); for an algorithm that does not choose its own (default: "
-                       "the algorithm's own; plain SGD w − η_l·g for the built-ins)",
+                       "sgd, the plain step w − η_l·g, or the algorithm's own optimiser where it chooses one)",
     "hp": "the algorithm's own hyper-parameters, NAME=VALUE (repeatable; e.g. --hp beta1=0.9 beta2=0.99): the names "
           "its Algorithm(hparams=...) declares, traced like --lr (default: the algorithm's declared values)",
 }

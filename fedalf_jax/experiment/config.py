@@ -511,16 +511,3 @@ def _pos_float(name: str, v: Any) -> None:
 def _nonneg_float(name: str, v: Any) -> None:
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
         raise ConfigError(f"{name} must be a non-negative finite number, got {v!r}")
-
-
-# The report (experiment/report.py, moved into a package of its own on a parallel branch) imports these from
-# here: re-exported until its import names .identity and .guarantee, then this goes.
-_MOVED = {"USED_BY": "identity", "flat_options": "identity", "partition_ignores": "identity",
-          "privacy_guarantee": "guarantee"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(f".{_MOVED[name]}", __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

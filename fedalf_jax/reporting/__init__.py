@@ -52,7 +52,7 @@ the sample std (``ddof=1``); with one seed only the mean is shown (the CSV's std
 
 **Privacy.** A private cell says whether its runs' formal privacy guarantee holds: ``summary.json``'s
 ``privacy.guarantee``, else ``config.json``'s, else computed from the options
-(:func:`fedalf_jax.experiment.config.privacy_guarantee`); ``mixed`` if its seeds disagree. The
+(:func:`fedalf_jax.experiment.guarantee.privacy_guarantee`); ``mixed`` if its seeds disagree. The
 ``guarantee`` column of ``table.csv`` holds it (blank without a mechanism), and ``report.md`` lists
 each private variant's reason under "Privacy guarantee".
 

@@ -12,8 +12,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..experiment.config import (ALGORITHMS, DATASETS, MODELS, PARTITIONS, USED_BY, Config, ConfigError,
-                                 flat_options, partition_ignores, privacy_guarantee)
+from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
+from ..experiment.guarantee import privacy_guarantee
+from ..experiment.identity import USED_BY, flat_options, partition_ignores
 from ..experiment.rundir import METRICS, PERSONAL_KEYS, RunDir, columns_of_file, metric_columns
 from ..experiment.writers import DamagedFile, read_csv_rows
 
@@ -64,7 +65,7 @@ class Run:
 
 def resolved_config(d: dict) -> dict:
     """The config dict with ``None`` options replaced by their resolved values (``Config.resolved_*``), and
-    the algorithm's own hyper-parameters as one ``hp.NAME`` entry each (``config.flat_options``)."""
+    the algorithm's own hyper-parameters as one ``hp.NAME`` entry each (``identity.flat_options``)."""
     cfg = Config.from_dict(d)
     out = cfg.to_dict()
     for k, v in out.items():
@@ -221,7 +222,7 @@ def _read_run(rd: RunDir, status: str) -> Run:
 def run_guarantee(rd: RunDir) -> Optional[dict]:
     """A private run's ``{"guarantee": "holds" | "does not hold", "why": ...}``: from ``summary.json``'s
     ``privacy``, else from ``config.json``'s, else computed from its options
-    (:func:`fedalf_jax.experiment.config.privacy_guarantee`: runs recorded before the field existed);
+    (:func:`fedalf_jax.experiment.guarantee.privacy_guarantee`: runs recorded before the field existed);
     ``None`` for a run without a privacy mechanism."""
     raw = rd.config_dict()
     summary = rd.summary()
