@@ -112,9 +112,9 @@ mutate fedalf_jax/experiment/rundir.py 'if p.is_absolute() or not r["dir"] or to
   "trust: sweep.json may point outside its folder" "$T -k outside_its_folder"
 mutate fedalf_jax/experiment/loop.py "if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:" \
   "if schedule.due(t, t == cfg.rounds):" "trust: Ctrl-C drops the rounds since the last timed checkpoint" "$T -k saves_the_last"
-mutate fedalf_jax/experiment/loop.py "        if not self.requested:
-            self.requested = True" "        if True:
-            self.requested = True" "trust: a second Ctrl-C is ignored" "$T -k second_ctrl_c"
+mutate fedalf_jax/interrupt.py "        if not self.requested:
+            self.requested, self.signum = True, signum" "        if True:
+            self.requested, self.signum = True, signum" "trust: a second Ctrl-C is ignored" "$T -k second_ctrl_c"
 mutate fedalf_jax/experiment/loop.py 'say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")' 'pass' \
   "trust: --resume of a new folder says nothing" "$T -k never_ran"
 
@@ -155,7 +155,7 @@ mutate fedalf_jax/experiment/identity.py '    d = {**LEGACY, **d}' '    d = dict
 AP=tests/test_api.py
 mutate fedalf_jax/sim/round.py '    duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals' \
   '    duals = state.duals' "api: a user algorithm's per-client state never stored" "$AP -k hand"
-mutate fedalf_jax/sim/round.py '                    spec.num_clients)' '                    spec.clients_per_round)' \
+mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux)' '                    spec.clients_per_round, n_sel, outs.aux)' \
   "api: ServerIn.num_clients is the round's m" "$AP -k fewer_clients_per_round"
 mutate fedalf_jax/experiment/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
   "api: given client lists' test rows index the train examples" "$AP -k hand"
