@@ -506,4 +506,10 @@ mutate fedalf_jax/reporting/tables.py '    row["personal_acc_mean"], row["person
   '    row["personal_acc_mean"], row["personal_acc_std"] = None, None' "reportcsv: table.csv leaves the personal accuracy blank" "$PR -k report_csv"
 mutate fedalf_jax/reporting/tables.py 'row["personal_angle_std"] = personal.get("personal_angle_deg", (None, None))' \
   'row["personal_angle_std"] = personal.get("personal_acc", (None, None))' "reportcsv: the personal angle columns hold the accuracy" "$PR -k report_csv"
+# issue 29 item 1: fedalf bench --against ALGORITHM, the round-cost ratio timed interleaved (label "against")
+mutate fedalf_jax/bench/timing.py '        res["over_against"] = res["compiled_s_per_round"] / res["against_s_per_round"]' \
+  '        res["over_against"] = res["against_s_per_round"] / res["compiled_s_per_round"]' \
+  "against: the ratio inverted" "tests/test_bench.py -k against"
+mutate fedalf_jax/bench/timing.py '        other = cfg.replace(algorithm=against)' '        other = cfg' \
+  "against: the round timed against is this algorithm's own" "tests/test_bench.py -k against"
 exit $status

@@ -399,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "install torch numpy) with the same clients per round, examples, batch size, epochs and "
                         "step size, after this round's own timing, and print both and their ratio fedalf/PyTorch; "
                         "the algorithm is FedAvg unless given, the model the CNN (default: none: no PyTorch)")
+    b.add_argument("--against", default=None, metavar="ALGORITHM",
+                   help="also time ALGORITHM's compiled round on the same config, interleaved with this one's "
+                        "(both see the same machine load), and print their ratio: e.g. --against fedavg gives "
+                        "FedALF's round cost in FedAvg rounds (default: none)")
     b.add_argument("--suite", default=None, choices=("gpu", "smoke"),
                    help="a fixed list of measurements, each written to --out as <name>.json (and its line of "
                         "the printed table) as soon as it is measured: gpu: round time of the CNN and the MLP "
@@ -515,15 +519,18 @@ def _cmd_bench(args) -> int:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
     if args.sweep_width and any(w < 1 for w in args.sweep_width):
         raise ConfigError(f"--sweep-width values must be positive integers, got {args.sweep_width}")
-    if args.pytorch and (args.suite or args.sweep_width):
-        other = "--suite" if args.suite else "--sweep-width"
-        raise ConfigError(f"--pytorch times one round; it does not go with {other}")
+    for flag, v in (("--pytorch", args.pytorch), ("--against", args.against)):
+        if v and (args.suite or args.sweep_width):
+            other = "--suite" if args.suite else "--sweep-width"
+            raise ConfigError(f"{flag} times one round; it does not go with {other}")
     if args.suite:
         return _bench_suite(args)
     for flag, v in (("--part", args.part), ("--budget", args.budget)):
         if v is not None:
             raise ConfigError(f"{flag} goes with --suite")
     cfg = config_from_args(args)
+    if args.against is not None:
+        cfg.replace(algorithm=args.against)  # a wrong name: one line now, before anything is built
     if args.pytorch and "algorithm" not in _given(args) and not (args.config and "algorithm" in json.loads(
             Path(args.config).read_text())):
         cfg = cfg.replace(algorithm="fedavg")  # the PyTorch loop is FedAvg's
@@ -546,7 +553,7 @@ def _cmd_bench(args) -> int:
                     raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {depth}")
                 res = B.stoppable(bench, cfg, repeats=repeats, sequential=not args.no_sequential,
                                   depth_widths=[w for w in depth if w > 0], depth_rounds=args.depth_rounds,
-                                  progress=B.say, partial=partial, pytorch=args.pytorch)
+                                  progress=B.say, partial=partial, pytorch=args.pytorch, against=args.against)
     except B.BenchStopped as e:  # Ctrl-C: the table of what was measured, exit 130
         res = {**partial, "interrupted": True}
         done = bool(res.get("widths")) if args.sweep_width else "compiled_s_per_round" in res

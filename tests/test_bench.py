@@ -307,3 +307,37 @@ def test_torch_round_runs_and_prints_its_json():
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["s_per_round"] > 0 and len(res["times"]) == 1 and res["steps_per_client"] == 2
     assert res["data"] == "synthetic" and res["threads"] >= 1 and res["torch"]
+
+
+def test_against_times_the_other_algorithm_interleaved_and_prints_the_ratio(tmp_path, capsys, monkeypatch):
+    """``fedalf bench --against fedavg``: FedAvg's round is built from the same config with only the algorithm
+    changed, timed in the same repeats, and the ratio printed is the medians' quotient."""
+    import statistics
+
+    from fedalf_jax.bench import timing
+    built = []
+    real_build = timing.build
+    monkeypatch.setattr(timing, "build", lambda cfg: built.append(cfg) or real_build(cfg))
+    out = tmp_path / "b.json"
+    argv = ["bench", "--dataset", "synthetic", "--model", "mlp", "--clients", "6", "--clients-per-round", "3",
+            "--synthetic-train", "300", "--synthetic-test", "60", "--repeats", "3", "--algorithm", "fedalf",
+            "--no-sequential", "--against", "fedavg", "--json", str(out)]
+    assert main(argv) == 0
+    res = json.loads(out.read_text())
+    assert [c.algorithm for c in built] == ["fedalf", "fedavg"]
+    assert built[1] == built[0].replace(algorithm="fedavg")
+    assert len(res["against_times"]) == len(res["compiled_times"]) == 3
+    want = statistics.median(res["compiled_times"]) / statistics.median(res["against_times"])
+    assert res["against"] == "fedavg" and abs(res["over_against"] - want) < 1e-12
+    printed = capsys.readouterr().out
+    assert B.duration(res["against_s_per_round"]) + "/round" in printed
+    assert any(line.split()[:4] == ["fedalf", "/", "fedavg", f"{B.sig(res['over_against'])}×"]
+               for line in printed.splitlines()), printed
+
+
+def test_against_a_bad_name_or_with_a_sweep_is_one_line(capsys):
+    assert main(["bench", "--dataset", "synthetic", "--against", "fedsgd"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedalf bench: error:") and "fedsgd" in err and "\n" not in err
+    assert main(["bench", "--dataset", "synthetic", "--against", "fedavg", "--sweep-width", "1"]) == 2
+    assert "--against times one round; it does not go with --sweep-width" in capsys.readouterr().err

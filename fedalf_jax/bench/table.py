@@ -59,6 +59,11 @@ def format_bench(res: dict) -> str:
     if "compiled_s_per_round" in res:  # a result cut short by Ctrl-C lacks the figures not yet measured
         rows.append(("compiled round", duration(res["compiled_s_per_round"]) + "/round",
                      f"{sig(res['rounds_per_s'])} rounds/s, {sig(res['client_steps_per_s'])} client steps/s"))
+    if "over_against" in res:
+        rows.append((f"{res['against']} round", duration(res["against_s_per_round"]) + "/round",
+                     "its compiled round on the same config, timed interleaved with this one"))
+        rows.append((f"{algo} / {res['against']}", f"{sig(res['over_against'])}×",
+                     f"this round's time over {res['against']}'s (medians of the same repeats)"))
     if "sequential_s_per_round" in res:
         rows.append(("sequential loop", duration(res["sequential_s_per_round"]) + "/round",
                      "the same math, one jitted call per client, then the server step"))

@@ -52,13 +52,18 @@ def make_sequential(spec):
     return lambda state, hp, data: sequential_round(spec, client_j, server_j, sel_j, state, hp, data)
 
 
+_VARIANT_NAMES = {"compiled": "compiled round", "sequential": "sequential loop", "against": "{against} round"}
+
+
 def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_widths=(), depth_rounds: int = 12,
-          progress=None, partial: dict | None = None, pytorch: str | None = None) -> dict:
+          progress=None, partial: dict | None = None, pytorch: str | None = None, against: str | None = None) -> dict:
     """Round time of ``cfg``'s compiled round (and the sequential loop), the server step's time, and
     with ``depth_widths`` (FedLF/FedALF) the server's sequential depth (:func:`server_depth`). With
     ``pytorch`` (an interpreter that has torch; ``cfg`` a FedAvg CNN round, :func:`check_pytorch_config`),
     the same round as a lean PyTorch loop (:func:`pytorch_round`) and ``fedalf_over_pytorch``, the
-    compiled round's time over the PyTorch loop's.
+    compiled round's time over the PyTorch loop's. With ``against`` (an algorithm's name, e.g. ``"fedavg"``),
+    that algorithm's compiled round on the same config, timed interleaved with ``cfg``'s (both see the same
+    machine load), and ``over_against``, ``cfg``'s round time over it.
 
     ``progress``: called with one line per measurement, with its expected duration once the first timed
     round gives one (``fedalf bench`` prints them on stderr). ``partial``: the result dict, filled as
@@ -92,8 +97,17 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
         say("compiling the sequential loop (one jitted call per client) ...")
         variants["sequential"] = lambda s: seq(s, hp, data)[0]
         box["sequential"] = jax.block_until_ready(variants["sequential"](state))  # compile it
+    if against is not None:
+        other = cfg.replace(algorithm=against)
+        say(f"building and compiling the {against} round to time against (same config) ...")
+        o_exp = build(other)
+        o_state = init_state(o_exp.spec, cfg.seed)
+        o_compiled = jax.jit(lambda s, h, d: run_rounds(o_exp.spec, s, h, d, 1)).lower(
+            o_state, o_exp.hp, o_exp.data).compile()
+        variants["against"] = lambda s: o_compiled(s, o_exp.hp, o_exp.data)[0]
+        box["against"] = o_state
     times = {k: [] for k in variants}
-    for r in range(repeats):  # interleaved, so that both see the same machine load
+    for r in range(repeats):  # interleaved, so that all see the same machine load
         for name, fn in variants.items():
             t0 = time.perf_counter()
             box[name] = jax.block_until_ready(fn(box[name]))
@@ -101,13 +115,18 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
         if r == 0:
             one = sum(t[0] for t in times.values())
             say(f"timing {repeats} round{'s' if repeats != 1 else ''} of the "
-                f"{' and the '.join(f'{k} round' if k == 'compiled' else f'{k} loop' for k in variants)}: "
+                f"{' and the '.join(_VARIANT_NAMES.get(k, k).format(against=against) for k in variants)}: "
                 f"~{duration(one * (repeats - 1))} more (one of each took {duration(one)})")
     client_steps = cfg.clients_per_round * steps
     res["compiled_s_per_round"] = statistics.median(times["compiled"])
     res["compiled_times"] = times["compiled"]
     res["rounds_per_s"] = 1.0 / res["compiled_s_per_round"]
     res["client_steps_per_s"] = client_steps / res["compiled_s_per_round"]
+    if against is not None:
+        res["against"] = against
+        res["against_s_per_round"] = statistics.median(times["against"])
+        res["against_times"] = times["against"]
+        res["over_against"] = res["compiled_s_per_round"] / res["against_s_per_round"]
     if seq is not None:
         res["sequential_s_per_round"] = statistics.median(times["sequential"])
         res["sequential_times"] = times["sequential"]
