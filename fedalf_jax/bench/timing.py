@@ -52,6 +52,12 @@ def make_sequential(spec):
     return lambda state, hp, data: sequential_round(spec, client_j, server_j, sel_j, state, hp, data)
 
 
+def _compiled_round(spec, state, hp, data):
+    """One round of ``spec`` compiled ahead of time for these arguments' shapes: ``(state, hp, data) ->
+    (state, metrics)``."""
+    return jax.jit(lambda s, h, d: run_rounds(spec, s, h, d, 1)).lower(state, hp, data).compile()
+
+
 _VARIANT_NAMES = {"compiled": "compiled round", "sequential": "sequential loop", "against": "{against} round"}
 
 
@@ -87,7 +93,7 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
     state = init_state(spec, cfg.seed)
     say("compiling the round (once per program; seconds to minutes) ...")
     t0 = time.perf_counter()
-    compiled = jax.jit(lambda s, h, d: run_rounds(spec, s, h, d, 1)).lower(state, hp, data).compile()
+    compiled = _compiled_round(spec, state, hp, data)
     compile_s = time.perf_counter() - t0
     res["compile_s"] = round(compile_s, 3)
     box = {"compiled": state, "sequential": state}
@@ -102,8 +108,7 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
         say(f"building and compiling the {against} round to time against (same config) ...")
         o_exp = build(other)
         o_state = init_state(o_exp.spec, cfg.seed)
-        o_compiled = jax.jit(lambda s, h, d: run_rounds(o_exp.spec, s, h, d, 1)).lower(
-            o_state, o_exp.hp, o_exp.data).compile()
+        o_compiled = _compiled_round(o_exp.spec, o_state, o_exp.hp, o_exp.data)
         variants["against"] = lambda s: o_compiled(s, o_exp.hp, o_exp.data)[0]
         box["against"] = o_state
     times = {k: [] for k in variants}
