@@ -512,4 +512,8 @@ mutate fedalf_jax/bench/timing.py '        res["over_against"] = res["compiled_s
   "against: the ratio inverted" "tests/test_bench.py -k against"
 mutate fedalf_jax/bench/timing.py '        other = cfg.replace(algorithm=against)' '        other = cfg' \
   "against: the round timed against is this algorithm's own" "tests/test_bench.py -k against"
+mutate fedalf_jax/bench/timing.py '        medians()
+        if r == 0:' '        if r == repeats - 1:
+            medians()
+        if r == 0:' "against: a Ctrl-C among the timed rounds keeps none of them" "tests/test_gpu_kit.py -k ctrl_c_during"
 exit $status

@@ -77,6 +77,37 @@ def test_bench_progress_lines_and_ctrl_c_keeps_the_partial_table(tmp_path):
     assert res["interrupted"] is True and res["compiled_s_per_round"] > 0 and "server_depth" not in res
 
 
+def test_ctrl_c_during_the_timed_rounds_keeps_the_rounds_timed(tmp_path):
+    """A Ctrl-C in the middle of many timed rounds prints the table of the rounds timed so far (and the
+    --against round's), not "nothing was measured yet"."""
+    import json
+    out = tmp_path / "b.json"
+    argv = [PY, "-m", "fedalf_jax.cli", "bench", *TINY, "--repeats", "100000", "--no-sequential", "--against",
+            "fedavg", "--json", str(out)]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)
+    err, outs = [], []
+    readers = [threading.Thread(target=lambda f=f, box=box: box.extend(f), daemon=True)
+               for f, box in ((p.stderr, err), (p.stdout, outs))]
+    for t in readers:
+        t.start()
+    deadline = time.time() + 240
+    while not any("timing 100000 rounds" in ln for ln in err) and p.poll() is None:
+        assert time.time() < deadline, "".join(err)
+        time.sleep(0.2)
+    time.sleep(2)
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    for t in readers:
+        t.join(5)
+    text, stdout = "".join(err), "".join(outs)
+    assert p.returncode == 130, (p.returncode, text)
+    assert "the table above holds what was measured" in text, text
+    res = json.loads(out.read_text())
+    n = len(res["compiled_times"])
+    assert 2 <= n < 100000 and len(res["against_times"]) == n  # whole repeats: the medians' own rounds
+    assert re.search(r"compiled round +[\d.]+ (s|ms|µs)/round", stdout) and "fedalf / fedavg" in stdout, stdout
+
+
 def test_sweep_width_prediction_excludes_compilation():
     """A width's time is predicted from the last width's compile-free time (∝ the width) plus its
     compilation once: W = 1 that took 60 s compiling + 10 calls of 0.1 s predicts W = 8 at 60 + 8 × 1 s."""

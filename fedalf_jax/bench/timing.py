@@ -112,30 +112,33 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
         variants["against"] = lambda s: o_compiled(s, o_exp.hp, o_exp.data)[0]
         box["against"] = o_state
     times = {k: [] for k in variants}
+    client_steps = cfg.clients_per_round * steps
+
+    def medians():  # the figures of the repeats timed so far (a Ctrl-C keeps them in ``res``)
+        res["compiled_s_per_round"] = statistics.median(times["compiled"])
+        res["compiled_times"] = list(times["compiled"])
+        res["rounds_per_s"] = 1.0 / res["compiled_s_per_round"]
+        res["client_steps_per_s"] = client_steps / res["compiled_s_per_round"]
+        if against is not None:
+            res["against"] = against
+            res["against_s_per_round"] = statistics.median(times["against"])
+            res["against_times"] = list(times["against"])
+            res["over_against"] = res["compiled_s_per_round"] / res["against_s_per_round"]
+        if seq is not None:
+            res["sequential_s_per_round"] = statistics.median(times["sequential"])
+            res["sequential_times"] = list(times["sequential"])
+            res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
     for r in range(repeats):  # interleaved, so that all see the same machine load
         for name, fn in variants.items():
             t0 = time.perf_counter()
             box[name] = jax.block_until_ready(fn(box[name]))
             times[name].append(time.perf_counter() - t0)
+        medians()
         if r == 0:
             one = sum(t[0] for t in times.values())
             say(f"timing {repeats} round{'s' if repeats != 1 else ''} of the "
                 f"{' and the '.join(_VARIANT_NAMES.get(k, k).format(against=against) for k in variants)}: "
                 f"~{duration(one * (repeats - 1))} more (one of each took {duration(one)})")
-    client_steps = cfg.clients_per_round * steps
-    res["compiled_s_per_round"] = statistics.median(times["compiled"])
-    res["compiled_times"] = times["compiled"]
-    res["rounds_per_s"] = 1.0 / res["compiled_s_per_round"]
-    res["client_steps_per_s"] = client_steps / res["compiled_s_per_round"]
-    if against is not None:
-        res["against"] = against
-        res["against_s_per_round"] = statistics.median(times["against"])
-        res["against_times"] = times["against"]
-        res["over_against"] = res["compiled_s_per_round"] / res["against_s_per_round"]
-    if seq is not None:
-        res["sequential_s_per_round"] = statistics.median(times["sequential"])
-        res["sequential_times"] = times["sequential"]
-        res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
     if pytorch is not None:
         guess = (repeats + 1) * 2 * res["compiled_s_per_round"]
         say(f"timing a lean PyTorch {torch_version} loop of the same round ({TORCH_SCRIPT.name} run by {pytorch}): "
