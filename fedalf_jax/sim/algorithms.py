@@ -399,9 +399,12 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
         if history:
             hist, last, gram = s.sstate
             mask = history_rows(last, s.sel, s.t, history_tau)
+            # This round's uploads are stored first: the online clients' rows never join the QPs (masked out,
+            # so the values in them change nothing), and a write after the reads made XLA copy all H x D rows
+            # twice per round to keep the old rows readable (80 ms of a 190 ms CNN server step on CPU).
+            hist = T.put(hist, s.sel, s.deltas)
             d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, history_gram=gram, **kw)
-            sstate = (T.put(hist, s.sel, s.deltas), last.at[s.sel].set(s.t),
-                      update_history_gram(gram, s.sel, info))
+            sstate = (hist, last.at[s.sel].set(s.t), update_history_gram(gram, s.sel, info))
         else:
             d, info = fair_direction(s.deltas, s.losses, **kw)
             sstate = s.sstate

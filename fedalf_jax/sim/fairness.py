@@ -133,8 +133,10 @@ def update_history_gram(history_gram, sel, info):
   """The history rows' Gram after the rows ``sel`` are replaced by this round's ``Δ`` (no ``D``-sized work).
 
   Uses the Grams that :func:`fair_direction` already formed (``info['client_gram']`` = Δ·Δᵀ and
-  ``info['cross_gram']`` = Δ·hᵀ against the old history rows), so a caller that keeps the history
-  Gram in its state pays ``m·H·D`` per round instead of ``H²·D``.
+  ``info['cross_gram']`` = Δ·hᵀ against the history rows it was given), so a caller that keeps the history
+  Gram in its state pays ``m·H·D`` per round instead of ``H²·D``. The columns ``sel`` of the cross Gram are
+  replaced by the client Gram, so the rows ``sel`` may hold the old rows or (as FedLF's server passes them,
+  having stored this round's ``Δ`` first) the new ones.
   """
   cross = info["cross_gram"].at[:, :, sel].set(info["client_gram"])  # [K, m, H]: Δ_sel · h_new
   g = history_gram.at[:, sel, :].set(cross)
