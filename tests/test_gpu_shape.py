@@ -31,8 +31,10 @@ def test_gpu_path_evaluation_is_batched_over_runs_so_its_trips_do_not_grow_with_
     # the GPU's combination (runs and clients vmapped): 2 chunks of 10 clients, whatever the width
     assert _eval_trips(1, "vmap") == (2, 2)
     assert _eval_trips(5, "vmap") == (2, 2)  # mapped per run, it was 5 runs × (1 + 2 chunks) = 15
-    # the CPU's client_map (map): one run after another, in a single run's shapes (kept on purpose)
-    assert _eval_trips(3, "map") == (3 * (1 + 2), 3 * (1 + 2))
+    # the CPU's client_map (map): one run after another, in a single run's shapes (kept on purpose), and
+    # one client after another in B = 20-example passes (the padded test splits, 6 long, take one pass, a
+    # loop XLA removes; the train splits, 34 long, two)
+    assert _eval_trips(3, "map") == (3 * (1 + 20), 3 * (1 + 20 * (1 + 2)))
 
 
 def test_depth_width_counts_every_loop_of_a_round_evaluation_included():

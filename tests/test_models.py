@@ -251,3 +251,28 @@ def test_cnn_minimum_size_works():
     v = jax.eval_shape(m.init, jax.random.key(0))
     logits, _ = jax.eval_shape(m.apply, v, jax.ShapeDtypeStruct((1, 16, 16, 1), jnp.float32))
     assert logits.shape == (1, 3)
+
+
+@pytest.mark.parametrize("name", ["cnn", "cnn_bn"])
+def test_auto_conv_gives_a_lax_forward_module_for_the_passes_never_differentiated(name):
+    m = make_model(name, num_classes=10, input_shape=FMNIST)  # conv_impl "auto"
+    if default_conv_impl() == "lax":  # the backend trains with lax.conv already: one module does every pass
+        assert m.forward_module is None
+        return
+    assert m.module.conv_impl == default_conv_impl() and m.forward_module.conv_impl == "lax"
+    v = _random_variables(m)
+    x = _normal(3, *FMNIST)
+    trained_with, _ = m.apply(v, x)
+    forward, state = m.apply(v, x, forward_only=True)
+    _close(forward, trained_with)  # the same parameters and logits, up to float rounding
+    assert not np.array_equal(np.asarray(forward), np.asarray(trained_with))  # another implementation ran
+    if name == "cnn_bn":
+        assert state == {"batch_stats": v["batch_stats"]}  # evaluation mode: running statistics unchanged
+    with pytest.raises(ModelError, match="forward_only"):
+        m.apply(v, x, train=True, forward_only=True, rng=jax.random.key(0))
+
+
+def test_an_explicit_conv_impl_or_a_model_without_convolutions_has_no_forward_module():
+    assert make_model("cnn", num_classes=10, input_shape=FMNIST, conv_impl="im2col").forward_module is None
+    assert make_model("cnn", num_classes=10, input_shape=FMNIST, conv_impl="lax").forward_module is None
+    assert make_model("mlp", num_classes=10, input_shape=FMNIST).forward_module is None

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedalf_jax.problem.models import make_model
+from fedalf_jax.problem.models import default_conv_impl, make_model
 from fedalf_jax.sim.client import full_loss, full_loss_and_grad, masked_loss
 
 L, POOL, CLASSES, CHUNK = 23, 40, 5, 5        # L not a multiple of CHUNK: the last chunk is part padding
@@ -115,3 +115,47 @@ def test_vmapped_clients_with_batch_stats_equal_one_pass():
                         jax.tree_util.tree_leaves(old_g)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
     assert float(got[2]) == 0.0
+
+
+def _compiled_text(algorithm, client_map, what, compiled=False):
+    """The program of one round (``what="round"``, its state donated as the run loop donates it) or of the
+    evaluation of every client, for a small CNN (``model="cnn"``) or MLP run on synthetic data."""
+    from fedalf_jax.experiment.build import build
+    from fedalf_jax.experiment.config import Config
+    from fedalf_jax.sim.round import init_state, run_rounds
+    from fedalf_jax.sim.train import evaluate
+    model = "mlp" if compiled else "cnn"
+    cfg = Config(algorithm=algorithm, model=model, dataset="synthetic", clients=8, clients_per_round=3,
+                 synthetic_train=240, synthetic_test=80, batch_size=10, client_map=client_map)
+    exp = build(cfg)
+    state = init_state(exp.spec, 0)
+    if what == "round":
+        f = jax.jit(lambda s: run_rounds(exp.spec, s, exp.hp, exp.data, 1), donate_argnums=(0,))
+    else:
+        f = jax.jit(lambda s: evaluate(exp.spec, s.variables, exp.data))
+    lowered = f.lower(state)
+    return lowered.compile().as_text() if compiled else lowered.as_text()
+
+
+@pytest.mark.skipif(default_conv_impl() == "lax", reason="this backend trains with lax.conv: no forward module")
+def test_the_clients_losses_and_the_evaluation_run_the_forward_module_when_clients_are_mapped():
+    """On CPU the CNN trains with im2col (no convolution op); its forward-only passes (FedALF's l_i = f_i(θ)
+    and the evaluation) run lax.conv, 1.6x faster forward-only (docs/benchmarks.md). Vmapped clients keep
+    im2col: over a sweep's runs lax.conv would become grouped convolutions, slower than im2col."""
+    def convs(*a):
+        return _compiled_text(*a).count("stablehlo.convolution")
+
+    assert convs("fedalf", "map", "round") == 2  # the loss's forward pass: two convolutions
+    assert convs("fedavg", "map", "round") == 0  # training only
+    assert convs("fedalf", "vmap", "round") == 0
+    assert convs("fedavg", "map", "evaluation") == 2
+    assert convs("fedavg", "vmap", "evaluation") == 0
+
+
+def test_the_fair_servers_history_rows_are_written_in_place():
+    """The round's program holds no copy of the H x D history rows (written after the Grams read them, XLA
+    copied them twice per round: 80 ms of a 190 ms FMNIST CNN server step). The ADMM duals, [N, ...] as
+    well, are scattered in place too: no array shaped like a per-client row set is copied."""
+    text = _compiled_text("fedalf", "map", "round", compiled=True)
+    rows = [line for line in text.splitlines() if " copy(" in line and "f32[8,784,200]" in line.split("=")[1][:40]]
+    assert rows == []

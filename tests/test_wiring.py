@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from fedalf_jax.experiment.build import build
 from fedalf_jax.experiment.config import Config
@@ -139,11 +140,15 @@ def test_fedavg_round_weights_clients_by_their_sample_counts():
         np.testing.assert_allclose(np.asarray(nw), want, rtol=1e-5, atol=1e-6)
 
 
-def test_evaluation_equals_an_unpadded_per_client_loop():
-    exp = build(Config(algorithm="fedavg", partition="dirichlet", alpha=0.3, **SMALL))
+@pytest.mark.parametrize("model,chunk", [("mlp", None), ("mlp", 7), ("cnn", 7)])
+def test_evaluation_equals_an_unpadded_per_client_loop(model, chunk):
+    """Ten clients per pass, or (``chunk``: as the CPU's round evaluates) one client at a time in passes of 7
+    examples, which divides no client's split, of the model's forward module (the CNN's lax.conv on CPU)."""
+    exp = build(Config(algorithm="fedavg", partition="dirichlet", alpha=0.3, **{**SMALL, "model": model}))
     d: ClientData = exp.data
     params = init_state(exp.spec, 3).variables
-    acc, loss = jax.jit(lambda v: evaluate_clients(exp.spec.model, v, d.x, d.y, d.test_idx, d.test_n))(params)
+    acc, loss = jax.jit(lambda v: evaluate_clients(exp.spec.model, v, d.x, d.y, d.test_idx, d.test_n,
+                                                   chunk=chunk))(params)
     acc, loss = np.asarray(acc), np.asarray(loss)
     x, y = np.asarray(d.x), np.asarray(d.y)
     test_n = np.asarray(d.test_n)

@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -88,6 +88,9 @@ class ModelError(ValueError):
 #   gpu/tpu -> "lax": cuDNN / the TPU convolution emitters handle batched (grouped) convolutions
 #          natively; no GPU measurement was made, so the native convolution is kept there.
 _DEFAULT_CONV_IMPL = {"cpu": "im2col"}
+
+
+FORWARD_CONV_IMPL = "lax"  # conv_impl "auto": the convolutions of forward-only passes (Model.forward_module)
 
 
 def default_conv_impl(backend: str | None = None) -> str:
@@ -236,6 +239,11 @@ class Model:
     has_batch_stats: bool
     matmul_precision: str = "default"  # of apply's float32 matmuls and convolutions (and their gradients)
     takes_train: bool = True  # the module's __call__ has a train argument (a user's module may not)
+    # The module for forward passes that are never differentiated (``apply(..., forward_only=True)``: a
+    # client's loss l_i = f_i(θ)): the same parameters, another implementation of its convolutions. On CPU
+    # the training default im2col (whose backward XLA runs fast) is 1.5x slower forward-only than
+    # ``lax.conv`` (docs/benchmarks.md). None: ``module`` does every pass.
+    forward_module: Optional[nn.Module] = None
 
     def init(self, key: jax.Array) -> dict:
         """Variables: ``{'params': ...}`` (+ ``'batch_stats'`` for models with BatchNorm).
@@ -245,8 +253,11 @@ class Model:
         """
         return _jitted_init(self.module, self.input_shape, self.takes_train)(key)
 
-    def apply(self, variables: dict, x: jax.Array, *, train: bool = False, rng=None):
+    def apply(self, variables: dict, x: jax.Array, *, train: bool = False, rng=None, forward_only: bool = False):
         """Return ``(logits, new_state)``.
+
+        ``forward_only``: the caller never differentiates this pass (and ``train`` is False), so
+        :attr:`forward_module` may compute it (the same logits up to float rounding).
 
         ``new_state`` is ``{}`` for models without batch statistics, otherwise
         ``{'batch_stats': ...}`` -- the updated running statistics when ``train`` (batch
@@ -258,24 +269,27 @@ class Model:
         ``jax.default_matmul_precision``: every dot and convolution it emits (and, through their
         transposes, the gradients' ones) carries that precision (on GPU: ``"highest"`` turns TF32 off).
         """
+        if forward_only and train:
+            raise ModelError("forward_only=True is for evaluation-mode passes (train=False)")
+        module = self.forward_module if forward_only and self.forward_module is not None else self.module
         if self.matmul_precision == "default":
-            return self._apply(variables, x, train=train, rng=rng)
+            return self._apply(module, variables, x, train=train, rng=rng)
         with jax.default_matmul_precision(self.matmul_precision):
-            return self._apply(variables, x, train=train, rng=rng)
+            return self._apply(module, variables, x, train=train, rng=rng)
 
-    def _apply(self, variables: dict, x: jax.Array, *, train: bool, rng):
+    def _apply(self, module: nn.Module, variables: dict, x: jax.Array, *, train: bool, rng):
         rngs = {}
         if train and rng is not None:
             rngs["dropout"] = rng
         kw = {"train": train} if self.takes_train else {}
         if not self.has_batch_stats:
-            return self.module.apply(variables, x, rngs=rngs, **kw), {}
+            return module.apply(variables, x, rngs=rngs, **kw), {}
         if not train:
-            logits = self.module.apply(variables, x, **kw)
+            logits = module.apply(variables, x, **kw)
             return logits, {"batch_stats": variables["batch_stats"]}
         if rng is None:
             raise ModelError(f"model {self.name!r} needs rng= for dropout when train=True")
-        logits, mutated = self.module.apply(
+        logits, mutated = module.apply(
             variables, x, rngs=rngs, mutable=["batch_stats"], **kw
         )
         return logits, {"batch_stats": mutated["batch_stats"]}
@@ -317,7 +331,8 @@ def make_model(
             or num_classes < 1:
         raise ModelError(f"num_classes must be a positive int, got {num_classes!r}")
     num_classes = int(num_classes)
-    if conv_impl == "auto":
+    auto = conv_impl == "auto"
+    if auto:
         conv_impl = default_conv_impl()
     if conv_impl not in CONV_IMPLS:
         raise ModelError(f"unknown conv_impl {conv_impl!r}; expected 'auto' or one of {CONV_IMPLS}")
@@ -330,11 +345,15 @@ def make_model(
         if min(_cnn_out(h), _cnn_out(w)) < 1:
             raise ModelError(
                 f"model 'cnn' needs H, W >= 16 (two 5x5 VALID convs + 2 pools), got {input_shape}")
-        module, bs = CNN(num_classes, conv_impl, pool_impl), False
+        make = lambda impl: CNN(num_classes, impl, pool_impl)  # noqa: E731
+        bs = False
     elif name == "cnn_bn":
         if min(h, w) < 8:
             raise ModelError(f"model 'cnn_bn' needs H, W >= 8 (three 2x2 pools), got {input_shape}")
-        module, bs = CNNBN(num_classes, conv_impl, pool_impl), True
+        make = lambda impl: CNNBN(num_classes, impl, pool_impl)  # noqa: E731
+        bs = True
     else:
-        module, bs = MLP(num_classes), False
-    return Model(name, module, input_shape, num_classes, bs, matmul_precision)
+        return Model(name, MLP(num_classes), input_shape, num_classes, False, matmul_precision)
+    # conv_impl "auto": the backend's training default, and lax.conv for the passes never differentiated
+    forward = make(FORWARD_CONV_IMPL) if auto and conv_impl != FORWARD_CONV_IMPL else None
+    return Model(name, make(conv_impl), input_shape, num_classes, bs, matmul_precision, forward_module=forward)

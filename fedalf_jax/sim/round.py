@@ -184,8 +184,8 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
         return ClientOut(grad, dual, loss, stats0, jnp.zeros((), jnp.float32))
     lr_t = hp.lr * hp.lr_decay ** t
     k_train, k_priv = jax.random.split(key)
-    loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size) if alg.needs_loss
-            else jnp.zeros(()))
+    loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size,
+                      forward_only=spec.client_map == "map") if alg.needs_loss else jnp.zeros(()))
     facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size))
     kw = alg.client_kwargs(alg.upload, bcast, facts)
     if alg.broadcast is not None and "broadcast" not in kw and (

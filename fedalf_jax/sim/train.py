@@ -70,8 +70,11 @@ def _eval(spec: RoundSpec):
     Under ``jax.vmap`` over the runs of a sweep: with ``client_map="vmap"`` (the GPU's) batched like the
     round, the runs' chunks side by side, so its loop trips do not grow with the sweep's width (mapped
     per run, W runs made ``W·(1 + N/10)`` trips); with ``client_map="map"`` (the CPU's) once per run
-    (:func:`per_run`): each run's evaluation in a single run's shapes, as its clients are trained."""
-    f = lambda v, x, y, idx, n: evaluate_clients(spec.model, v, x, y, idx, n)  # noqa: E731
+    (:func:`per_run`): each run's evaluation in a single run's shapes, as its clients are trained, one client
+    at a time in batch-sized forward passes (``evaluate_clients``'s ``chunk``: 4.8x faster on CPU than ten
+    clients' whole splits per pass)."""
+    chunk = spec.batch_size if spec.client_map == "map" else None  # one client at a time, batch-sized passes
+    f = lambda v, x, y, idx, n: evaluate_clients(spec.model, v, x, y, idx, n, chunk=chunk)  # noqa: E731
     return _over_runs(spec, f)
 
 
