@@ -54,8 +54,15 @@ def make_sequential(spec):
 
 def _compiled_round(spec, state, hp, data):
     """One round of ``spec`` compiled ahead of time for these arguments' shapes: ``(state, hp, data) ->
-    (state, metrics)``."""
-    return jax.jit(lambda s, h, d: run_rounds(spec, s, h, d, 1)).lower(state, hp, data).compile()
+    (state, metrics)``. The state is donated, as the run loop donates it (its rows are updated in place;
+    undonated, a fair server's H x D history rows were copied every round): pass it a copy (:func:`_fresh`)
+    and thread the returned state."""
+    return jax.jit(lambda s, h, d: run_rounds(spec, s, h, d, 1), donate_argnums=(0,)).lower(state, hp, data).compile()
+
+
+def _fresh(state):
+    """A copy of ``state`` to donate (the caller's stays valid)."""
+    return jax.tree_util.tree_map(jnp.copy, state)
 
 
 _VARIANT_NAMES = {"compiled": "compiled round", "sequential": "sequential loop", "against": "{against} round"}
@@ -96,7 +103,7 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
     compiled = _compiled_round(spec, state, hp, data)
     compile_s = time.perf_counter() - t0
     res["compile_s"] = round(compile_s, 3)
-    box = {"compiled": state, "sequential": state}
+    box = {"compiled": _fresh(state), "sequential": state}
     seq = make_sequential(spec) if sequential else None
     variants = {"compiled": lambda s: compiled(s, hp, data)[0]}
     if seq is not None:
@@ -243,15 +250,15 @@ def pytorch_round(python: str, args: list[str]) -> dict:
 
 
 def server_seconds(spec, state, hp, data, repeats: int) -> float:
-    """Median time of the server step alone (Grams, QPs, update) on one round's client outputs."""
+    """Median time of the server step alone (Grams, QPs, update) on one round's client outputs, its state
+    donated as in the run loop (each call is given the state the previous one returned)."""
     sel, n, outs = jax.jit(lambda s: client_phase(spec, s, hp, data))(state)
-    server_j = jax.jit(lambda *a: server_step(spec, *a))
-    args = (state, sel, n, outs, hp)
-    jax.block_until_ready(server_j(*args))
+    server_j = jax.jit(lambda s, *a: server_step(spec, s, *a)[0], donate_argnums=(0,))
+    s = jax.block_until_ready(server_j(_fresh(state), sel, n, outs, hp))
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(server_j(*args))
+        s = jax.block_until_ready(server_j(s, sel, n, outs, hp))
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
