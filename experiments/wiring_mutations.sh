@@ -516,4 +516,20 @@ mutate fedalf_jax/bench/timing.py '        medians()
         if r == 0:' '        if r == repeats - 1:
             medians()
         if r == 0:' "against: a Ctrl-C among the timed rounds keeps none of them" "tests/test_gpu_kit.py -k ctrl_c_during"
+
+# issue 29 item 1: the fair server writes the history in place; forward-only passes run the forward module
+# (label "fwdpass")
+mutate fedalf_jax/sim/algorithms.py $'            hist = T.put(hist, s.sel, s.deltas)\n            d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, history_gram=gram, **kw)\n            sstate = (hist,' \
+  $'            new = T.put(hist, s.sel, s.deltas)\n            d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, history_gram=gram, **kw)\n            sstate = (new,' \
+  "fwdpass: the history rows written after the QPs read them (copied)" "tests/test_speed.py -k in_place"
+mutate fedalf_jax/sim/round.py 'forward_only=spec.client_map == "map")' 'forward_only=False)' \
+  "fwdpass: the clients' losses with the training module" "tests/test_speed.py -k forward_module"
+mutate fedalf_jax/sim/train.py 'chunk = spec.batch_size if spec.client_map == "map" else None' 'chunk = None' \
+  "fwdpass: the CPU's evaluation ten clients' whole splits per pass" "tests/test_speed.py tests/test_gpu_shape.py"
+mutate fedalf_jax/problem/models.py 'forward = make(FORWARD_CONV_IMPL) if auto and conv_impl != FORWARD_CONV_IMPL else None' \
+  'forward = None' "fwdpass: no forward module" "tests/test_models.py -k forward"
+mutate fedalf_jax/sim/client.py '        right = (jnp.argmax(logits, -1) == y_pool[r]) & m' \
+  '        right = jnp.argmax(logits, -1) == y_pool[r]' "fwdpass: the chunked evaluation counts padded examples" \
+  "tests/test_wiring.py -k evaluation"
+
 exit $status
