@@ -530,6 +530,6 @@ mutate fedalf_jax/problem/models.py 'forward = make(FORWARD_CONV_IMPL) if auto a
   'forward = None' "fwdpass: no forward module" "tests/test_models.py -k forward"
 mutate fedalf_jax/sim/client.py '        right = (jnp.argmax(logits, -1) == y_pool[r]) & m' \
   '        right = jnp.argmax(logits, -1) == y_pool[r]' "fwdpass: the chunked evaluation counts padded examples" \
-  "tests/test_wiring.py -k evaluation"
+  "tests/test_wiring.py -k real_examples"
 
 exit $status

@@ -162,3 +162,18 @@ def test_evaluation_equals_an_unpadded_per_client_loop(model, chunk):
         assert abs(float(acc[i]) - want_acc) < 1e-6, (i, acc[i], want_acc)  # counts of real samples only
         np.testing.assert_allclose(loss[i], want_loss, rtol=1e-5)
     assert np.all((acc >= 0) & (acc <= 1))
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_the_evaluation_counts_only_real_examples(chunk):
+    """Labels set to the model's own predictions: every example is right, so a padded position counted would
+    show as an accuracy above 1 (above 0 for the client given no examples)."""
+    exp = build(Config(algorithm="fedavg", partition="dirichlet", alpha=0.3, **SMALL))
+    d: ClientData = exp.data
+    params = init_state(exp.spec, 3).variables
+    y = jnp.argmax(exp.spec.model.apply(params, d.x)[0], -1).astype(d.y.dtype)
+    n = d.test_n.at[0].set(0)
+    assert int(jnp.sum(n < d.test_idx.shape[1])) > 1  # padded rows
+    acc, loss = jax.jit(lambda v: evaluate_clients(exp.spec.model, v, d.x, y, d.test_idx, n, chunk=chunk))(params)
+    assert float(acc[0]) == 0.0 and float(loss[0]) == 0.0
+    np.testing.assert_array_equal(np.asarray(acc[1:]), 1.0)
