@@ -128,8 +128,10 @@ def test_a_signal_while_the_command_loads_stops_it_before_anything_is_written(tm
     cmd = [sys.executable, "-m", "fedalf_jax.cli", "run", *TINY, "--rounds", "50", "--out", str(a)]
     proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_default_signals)  # not ignored as under nohup (the command respects that)
-    # The command catches SIGTERM from its first instant: the signal lands while JAX is still loading.
-    _wait_for(lambda: _catches(proc.pid, signal.SIGTERM), proc, timeout=60)
+    # The command catches SIGTERM from its first instant: the signal lands while JAX is still loading. Its
+    # handlers go in one after another (SIGINT, SIGTERM, SIGHUP, SIGUSR1): wait for this signal's own too
+    # (a SIGUSR1 sent once SIGTERM was caught landed before its handler, once, with the machine loaded).
+    _wait_for(lambda: _catches(proc.pid, signal.SIGTERM) and _catches(proc.pid, signum), proc, timeout=60)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, err  # 130, 143, 129, 138
