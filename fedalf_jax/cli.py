@@ -58,7 +58,8 @@ _HELP = {
                         "three in float32",
     "devices": "run: shard the sampled clients over N devices; sweep: shard the runs (docs/scaling.md)",
     "log": "metric writers: csv (metrics.csv, always written), tensorboard (also TensorBoard scalars)",
-    "conv_impl": "convolution implementation: auto (per backend), lax, im2col, ...",
+    "conv_impl": "convolution implementation: auto (per backend; on CPU im2col to train, lax for the clients' "
+                 "losses and the evaluation), lax, im2col, ...",
     "client_map": "how the compiled round maps over clients: vmap, map (lax.map), auto (per backend)",
     "run_map": "how a sweep's program maps over its runs: vmap, map (lax.map, one after another), auto (map on CPU)",
     "algorithm": "the federated algorithm: fedavg, fedprox, qfedavg, fedadmm, fedlf, fedalf (docs/algorithms.md), or "
