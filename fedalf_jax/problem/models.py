@@ -241,7 +241,7 @@ class Model:
     takes_train: bool = True  # the module's __call__ has a train argument (a user's module may not)
     # The module for forward passes that are never differentiated (``apply(..., forward_only=True)``: a
     # client's loss l_i = f_i(θ)): the same parameters, another implementation of its convolutions. On CPU
-    # the training default im2col (whose backward XLA runs fast) is 1.5x slower forward-only than
+    # the training default im2col (whose backward XLA runs fast) is about 1.6x slower forward-only than
     # ``lax.conv`` (docs/benchmarks.md). None: ``module`` does every pass.
     forward_module: Optional[nn.Module] = None
 
