@@ -264,8 +264,8 @@ def test_auto_conv_gives_a_lax_forward_module_for_the_passes_never_differentiate
     x = _normal(3, *FMNIST)
     trained_with, _ = m.apply(v, x)
     forward, state = m.apply(v, x, forward_only=True)
-    _close(forward, trained_with)  # the same parameters and logits, up to float rounding
-    assert not np.array_equal(np.asarray(forward), np.asarray(trained_with))  # another implementation ran
+    _close(forward, trained_with)  # the same parameters and logits, up to float rounding (another implementation
+    # ran: tests/test_speed.py counts its convolution ops; bit-equality here would depend on the CPU's kernels)
     if name == "cnn_bn":
         assert state == {"batch_stats": v["batch_stats"]}  # evaluation mode: running statistics unchanged
     with pytest.raises(ModelError, match="forward_only"):
