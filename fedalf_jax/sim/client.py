@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from . import tree as T
+
 Penalty = Optional[Callable[[Any], jnp.ndarray]]  # params -> scalar added to the local objective
 
 
@@ -121,6 +123,13 @@ def _chunked(idx, n, chunk: int):
     return rows, mask
 
 
+def _sum_over_chunks(fn, init, idx, n, chunk: int):
+    """``init`` plus ``fn(rows, mask)`` (a pytree like ``init``) summed over the ``chunk``-example pieces of the
+    (padded) split ``idx`` of ``n`` real examples (:func:`_chunked`), as one ``lax.scan``."""
+    total, _ = jax.lax.scan(lambda acc, rm: (T.add(acc, fn(*rm)), None), init, _chunked(idx, n, chunk))
+    return total
+
+
 def _ce_sum(model, params, stats, x, y, mask, *, forward_only: bool = False):
     """Sum of the cross-entropy over the examples where ``mask`` is true (evaluation mode; ``forward_only``:
     the caller does not differentiate it, :meth:`~fedalf_jax.problem.models.Model.apply`)."""
@@ -139,32 +148,23 @@ def full_loss(model, variables, x_pool, y_pool, idx, n, *, chunk: Optional[int] 
     its clients are mapped one at a time: vmapped over a sweep's runs, per-run params turn ``lax.conv`` into
     grouped convolutions, 1.25x slower than im2col on CPU).
     """
-    rows, mask = _chunked(idx, n, LOSS_CHUNK if chunk is None else chunk)
     params, stats = variables["params"], variables.get("batch_stats")
 
-    def step(total, rm):
-        r, m = rm
-        return total + _ce_sum(model, params, stats, x_pool[r], y_pool[r], m, forward_only=forward_only), None
+    def ce_sum(r, m):
+        return _ce_sum(model, params, stats, x_pool[r], y_pool[r], m, forward_only=forward_only)
 
-    total, _ = jax.lax.scan(step, jnp.zeros((), jnp.float32), (rows, mask))
+    total = _sum_over_chunks(ce_sum, jnp.zeros((), jnp.float32), idx, n, LOSS_CHUNK if chunk is None else chunk)
     return total / jnp.maximum(jnp.asarray(n, jnp.float32), 1.0)
 
 
 def full_loss_and_grad(model, variables, x_pool, y_pool, idx, n, *, chunk: Optional[int] = None):
     """``f_i(θ)`` and its exact full-batch gradient with respect to the params (FedLF, client_grad=full),
     accumulated ``chunk`` examples at a time like :func:`full_loss`."""
-    rows, mask = _chunked(idx, n, LOSS_CHUNK if chunk is None else chunk)
     params, stats = variables["params"], variables.get("batch_stats")
     vg = jax.value_and_grad(lambda p, xb, yb, m: _ce_sum(model, p, stats, xb, yb, m))
-
-    def step(carry, rm):
-        total, gsum = carry
-        r, m = rm
-        v, g = vg(params, x_pool[r], y_pool[r], m)
-        return (total + v, jax.tree_util.tree_map(jnp.add, gsum, g)), None
-
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    (total, gsum), _ = jax.lax.scan(step, (jnp.zeros((), jnp.float32), zeros), (rows, mask))
+    total, gsum = _sum_over_chunks(lambda r, m: vg(params, x_pool[r], y_pool[r], m),
+                                   (jnp.zeros((), jnp.float32), zeros), idx, n, LOSS_CHUNK if chunk is None else chunk)
     scale = 1.0 / jnp.maximum(jnp.asarray(n, jnp.float32), 1.0)
     return total * scale, jax.tree_util.tree_map(lambda g: (g * scale).astype(g.dtype), gsum)
 
@@ -193,17 +193,14 @@ def evaluate_clients(model, variables, x_pool, y_pool, idx, n, *, batch_size: in
 def _acc_loss_chunked(model, params, stats, x_pool, y_pool, ci, cn, chunk: int):
     """:func:`_acc_loss` in ``chunk``-example forward passes of the model's ``forward_module`` (the same
     accuracy; the loss up to float summation order)."""
-    rows, mask = _chunked(ci, cn, chunk)
-
-    def step(carry, rm):
-        r, m = rm
+    def sums(r, m):  # Σ cross-entropy and Σ right answers over the chunk's real examples
         logits, _ = model.apply(_join(params, stats), x_pool[r], train=False, forward_only=True)
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, y_pool[r])
         right = (jnp.argmax(logits, -1) == y_pool[r]) & m
-        return (carry[0] + jnp.sum(jnp.where(m, ce, 0.0)), carry[1] + jnp.sum(right.astype(ce.dtype))), None
+        return jnp.sum(jnp.where(m, ce, 0.0)), jnp.sum(right.astype(ce.dtype))
 
     zero = jnp.zeros((), jnp.float32)
-    (loss, correct), _ = jax.lax.scan(step, (zero, zero), (rows, mask))
+    loss, correct = _sum_over_chunks(sums, (zero, zero), ci, cn, chunk)
     count = jnp.maximum(cn, 1)
     return correct / count, loss / jnp.maximum(jnp.asarray(cn, loss.dtype), 1.0)
 
