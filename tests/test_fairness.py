@@ -284,25 +284,34 @@ def test_near_collinear_history_rows():
     assert float(info["qp_residual"]) < 1e-7
 
 
-def test_cached_history_gram_gives_the_same_direction():
-  from fedalf_jax.sim.fairness import update_history_gram
-  rng = np.random.default_rng(5)
-  m, H = 3, 6
+def _two_layer_history(seed, m=3, H=6):
+  """``m`` client rows and ``H`` history rows of a two-layer model (float32), and its module layer map."""
+  rng = np.random.default_rng(seed)
   deltas = {"a": {"kernel": rng.normal(size=(m, 4, 3)), "bias": rng.normal(size=(m, 3))},
             "b": {"kernel": rng.normal(size=(m, 3, 2)), "bias": rng.normal(size=(m, 2))}}
   deltas = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), deltas)
   hist = jax.tree_util.tree_map(lambda x: jnp.asarray(rng.normal(size=(H,) + x.shape[1:]), jnp.float32), deltas)
+  return deltas, hist, module_layers(jax.tree_util.tree_map(lambda x: x[0], deltas))
+
+
+def _history_gram(h, lo):
+  """float64 per-layer Gram ``[2, H, H]`` of the history rows ``h``, by hand."""
+  H = jax.tree_util.tree_leaves(h)[0].shape[0]
+  g = np.zeros((2, H, H))
+  for leaf, k in zip(jax.tree_util.tree_leaves(h), jax.tree_util.tree_leaves(lo)):
+    x = np.asarray(leaf, np.float64).reshape(H, -1)
+    g[k] += x @ x.T
+  return g
+
+
+def test_cached_history_gram_gives_the_same_direction():
+  from fedalf_jax.sim.fairness import update_history_gram
+  deltas, hist, lo = _two_layer_history(5)
   mask = jnp.array([True, False, True, True, False, True])
   losses = jnp.array([0.5, 1.0, 2.0])
-  lo = module_layers(jax.tree_util.tree_map(lambda x: x[0], deltas))
-  ids = jax.tree_util.tree_leaves(lo)
 
   def gram_of(h):
-    g = np.zeros((2, H, H))
-    for leaf, k in zip(jax.tree_util.tree_leaves(h), ids):
-      x = np.asarray(leaf, np.float64).reshape(H, -1)
-      g[k] += x @ x.T
-    return jnp.asarray(g, jnp.float32)
+    return jnp.asarray(_history_gram(h, lo), jnp.float32)
 
   d0, info = fair_direction(deltas, losses, layer_of=lo, history=hist, history_mask=mask)
   d1, _ = fair_direction(deltas, losses, layer_of=lo, history=hist, history_mask=mask, history_gram=gram_of(hist))
@@ -338,29 +347,15 @@ def test_the_online_clients_rows_may_already_hold_this_rounds_uploads():
   algorithms.make_fair_server). The online clients' rows are masked out of the QPs, so the direction is
   the one the old rows give, bit for bit, and the kept Gram updated from it is the new rows' Gram."""
   from fedalf_jax.sim.fairness import update_history_gram
-  rng = np.random.default_rng(7)
-  m, H = 3, 6
-  deltas = {"a": {"kernel": rng.normal(size=(m, 4, 3)), "bias": rng.normal(size=(m, 3))},
-            "b": {"kernel": rng.normal(size=(m, 3, 2)), "bias": rng.normal(size=(m, 2))}}
-  deltas = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), deltas)
-  hist = jax.tree_util.tree_map(lambda x: jnp.asarray(rng.normal(size=(H,) + x.shape[1:]), jnp.float32), deltas)
+  deltas, hist, lo = _two_layer_history(7)
   sel = jnp.array([1, 4, 0])
   mask = jnp.array([False, False, True, True, False, True])  # the online clients' rows never join
   losses = jnp.array([0.5, 1.0, 2.0])
-  lo = module_layers(jax.tree_util.tree_map(lambda x: x[0], deltas))
-  ids = jax.tree_util.tree_leaves(lo)
-
-  def gram_of(h):
-    g = np.zeros((2, H, H))
-    for leaf, k in zip(jax.tree_util.tree_leaves(h), ids):
-      x = np.asarray(leaf, np.float64).reshape(H, -1)
-      g[k] += x @ x.T
-    return g
-
   new_hist = jax.tree_util.tree_map(lambda h, d: h.at[sel].set(d), hist, deltas)
-  kept = jnp.asarray(gram_of(hist), jnp.float32)
+  kept = jnp.asarray(_history_gram(hist, lo), jnp.float32)
   d_old, _ = fair_direction(deltas, losses, layer_of=lo, history=hist, history_mask=mask, history_gram=kept)
   d_new, info = fair_direction(deltas, losses, layer_of=lo, history=new_hist, history_mask=mask, history_gram=kept)
   for a, b in zip(jax.tree_util.tree_leaves(d_old), jax.tree_util.tree_leaves(d_new)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  np.testing.assert_allclose(np.asarray(update_history_gram(kept, sel, info)), gram_of(new_hist), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(update_history_gram(kept, sel, info)), _history_gram(new_hist, lo), rtol=1e-4,
+                             atol=1e-5)

@@ -27,6 +27,31 @@ def _env(**over):
     return env
 
 
+def _ctrl_c_after(argv, cwd, line, settle):
+    """Run ``argv``, send it Ctrl-C ``settle`` seconds after a stderr line containing ``line`` (within 240 s),
+    and return its exit status, stderr and stdout."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd)
+    err, outs = [], []
+    readers = [threading.Thread(target=lambda f=f, box=box: box.extend(f), daemon=True)
+               for f, box in ((p.stderr, err), (p.stdout, outs))]
+    for t in readers:
+        t.start()
+    deadline = time.time() + 240
+    while not any(line in ln for ln in err) and p.poll() is None:
+        assert time.time() < deadline, "".join(err)
+        time.sleep(0.2)
+    time.sleep(settle)
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise
+    for t in readers:
+        t.join(5)
+    return p.returncode, "".join(err), "".join(outs)
+
+
 # ---- item 4: fedalf bench --------------------------------------------------------------------------------
 
 def test_bench_progress_lines_and_ctrl_c_keeps_the_partial_table(tmp_path):
@@ -36,27 +61,9 @@ def test_bench_progress_lines_and_ctrl_c_keeps_the_partial_table(tmp_path):
     out = tmp_path / "b.json"
     argv = [PY, "-m", "fedalf_jax.cli", "bench", *TINY, "--repeats", "2", "--depth-width", "1",
             "--depth-rounds", "2000", "--json", str(out)]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)
-    err, outs = [], []
-    readers = [threading.Thread(target=lambda f=f, box=box: box.extend(f), daemon=True)
-               for f, box in ((p.stderr, err), (p.stdout, outs))]
-    for t in readers:
-        t.start()
-    deadline = time.time() + 240
-    while not any("counting the server's loop trips" in ln for ln in err) and p.poll() is None:
-        assert time.time() < deadline, "".join(err)
-        time.sleep(0.2)
-    time.sleep(0.5)  # inside the depth count's compilation or its 2000 rounds
-    p.send_signal(signal.SIGINT)
-    try:
-        p.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        raise
-    for t in readers:
-        t.join(5)
-    text, stdout = "".join(err), "".join(outs)
-    assert p.returncode == 130, (p.returncode, text)
+    # Ctrl-C 0.5 s after the last measurement's line: inside the depth count's compilation or its 2000 rounds
+    returncode, text, stdout = _ctrl_c_after(argv, tmp_path, "counting the server's loop trips", 0.5)
+    assert returncode == 130, (returncode, text)
     # one line per measurement, in order, the timed rounds' with their expected time
     marks = ["loading the data", "compiling the round", "compiling the sequential loop",
              "timing 2 rounds of the compiled round and the sequential loop: ~", "timing the server step alone",
@@ -84,23 +91,8 @@ def test_ctrl_c_during_the_timed_rounds_keeps_the_rounds_timed(tmp_path):
     out = tmp_path / "b.json"
     argv = [PY, "-m", "fedalf_jax.cli", "bench", *TINY, "--repeats", "100000", "--no-sequential", "--against",
             "fedavg", "--json", str(out)]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)
-    err, outs = [], []
-    readers = [threading.Thread(target=lambda f=f, box=box: box.extend(f), daemon=True)
-               for f, box in ((p.stderr, err), (p.stdout, outs))]
-    for t in readers:
-        t.start()
-    deadline = time.time() + 240
-    while not any("timing 100000 rounds" in ln for ln in err) and p.poll() is None:
-        assert time.time() < deadline, "".join(err)
-        time.sleep(0.2)
-    time.sleep(2)
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
-    for t in readers:
-        t.join(5)
-    text, stdout = "".join(err), "".join(outs)
-    assert p.returncode == 130, (p.returncode, text)
+    returncode, text, stdout = _ctrl_c_after(argv, tmp_path, "timing 100000 rounds", 2)
+    assert returncode == 130, (returncode, text)
     assert "the table above holds what was measured" in text, text
     res = json.loads(out.read_text())
     n = len(res["compiled_times"])
