@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "2 minutes on a quiet 2-core CPU: the compilations and 5 x (2.7 + 3.2) s of timed rounds "
                     "(docs/benchmarks.md). --sweep-width times the MLP unless --model cnn is given. Each "
                     "measurement prints a line on stderr with its expected time; Ctrl-C stops at once, prints the "
-                    "table of what was measured and exits with 130.")
+                    "table of what was measured and exits with 130 (SIGTERM, SIGHUP, SIGUSR1 the same, exit 143, 129, "
+                    "138).")
     b.add_argument("--config", default=None, help=_HELP["config"])
     b.add_argument("--repeats", type=int, default=None,
                    help="timed rounds per variant (median reported; default 5, a --suite sets its own)")
@@ -555,7 +556,7 @@ def _cmd_bench(args) -> int:
                 res = B.stoppable(bench, cfg, repeats=repeats, sequential=not args.no_sequential,
                                   depth_widths=[w for w in depth if w > 0], depth_rounds=args.depth_rounds,
                                   progress=B.say, partial=partial, pytorch=args.pytorch, against=args.against)
-    except B.BenchStopped as e:  # Ctrl-C: the table of what was measured, exit 130
+    except B.BenchStopped as e:  # Ctrl-C: the table of what was measured, exit 130 (SIGTERM: 143)
         res = {**partial, "interrupted": True}
         done = bool(res.get("widths")) if args.sweep_width else "compiled_s_per_round" in res
         if done:
@@ -563,7 +564,7 @@ def _cmd_bench(args) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
         what = "the table above holds what was measured" if done else "nothing was measured yet"
-        print(f"fedalf bench: interrupted: {what}" + (f" (also in {args.json})" if args.json else ""),
+        print(f"fedalf bench: interrupted{_by(e)}: {what}" + (f" (also in {args.json})" if args.json else ""),
               file=sys.stderr)
         return _bench_exit(e)
     print(format_bench_sweep(res) if args.sweep_width else format_bench(res))
@@ -572,14 +573,20 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _by(e) -> str:
+    """`` by SIGTERM`` when another signal than Ctrl-C stopped the bench, else ``""``."""
+    return "" if e.signum == signal.SIGINT else f" by {signal_name(e.signum)}"
+
+
 def _bench_exit(e) -> int:
-    """130 after a Ctrl-C; with the abandoned measurement still computing on its thread, leave at once
-    (no interpreter teardown under a running XLA computation: that ended in a segfault)."""
+    """128 + the signal's number (130 after a Ctrl-C, 143 after SIGTERM); with the abandoned measurement
+    still computing on its thread, leave at once (no interpreter teardown under a running XLA computation:
+    that ended in a segfault)."""
     if e.worker is not None and e.worker.is_alive():
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
-    return 130
+        os._exit(e.exit_status)
+    return e.exit_status
 
 
 def _bench_suite(args) -> int:
@@ -605,7 +612,7 @@ def _bench_suite(args) -> int:
                                   echo=lambda line: print(line, flush=True), progress=B.say)
     except B.BenchStopped as e:  # its lines are printed and in table.txt, each measurement's JSON written
         n = len(e.records or [])
-        print(f"fedalf bench: interrupted: {n - 1} measurement{'s' if n != 2 else ''} done, the one in flight "
+        print(f"fedalf bench: interrupted{_by(e)}: {n - 1} measurement{'s' if n != 2 else ''} done, the one in flight "
               f"recorded as interrupted -> {args.out}", file=sys.stderr)
         return _bench_exit(e)
     print(f"{len(records)} measurements -> {args.out}")

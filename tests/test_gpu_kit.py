@@ -27,9 +27,9 @@ def _env(**over):
     return env
 
 
-def _ctrl_c_after(argv, cwd, line, settle):
-    """Run ``argv``, send it Ctrl-C ``settle`` seconds after a stderr line containing ``line`` (within 240 s),
-    and return its exit status, stderr and stdout."""
+def _ctrl_c_after(argv, cwd, line, settle, sig=signal.SIGINT):
+    """Run ``argv``, send it Ctrl-C (or ``sig``) ``settle`` seconds after a stderr line containing ``line``
+    (within 240 s), and return its exit status, stderr and stdout."""
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd)
     err, outs = [], []
     readers = [threading.Thread(target=lambda f=f, box=box: box.extend(f), daemon=True)
@@ -41,7 +41,7 @@ def _ctrl_c_after(argv, cwd, line, settle):
         assert time.time() < deadline, "".join(err)
         time.sleep(0.2)
     time.sleep(settle)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     try:
         p.wait(timeout=60)
     except subprocess.TimeoutExpired:
@@ -84,16 +84,21 @@ def test_bench_progress_lines_and_ctrl_c_keeps_the_partial_table(tmp_path):
     assert res["interrupted"] is True and res["compiled_s_per_round"] > 0 and "server_depth" not in res
 
 
-def test_ctrl_c_during_the_timed_rounds_keeps_the_rounds_timed(tmp_path):
-    """A Ctrl-C in the middle of many timed rounds prints the table of the rounds timed so far (and the
-    --against round's), not "nothing was measured yet"."""
+@pytest.mark.parametrize("sig, status, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_ctrl_c_during_the_timed_rounds_keeps_the_rounds_timed(tmp_path, sig, status, name):
+    """A Ctrl-C (or a scheduler's SIGTERM) in the middle of many timed rounds prints the table of the rounds
+    timed so far (and the --against round's), not "nothing was measured yet", in bench's own words, and
+    exits with 128 + the signal's number."""
     import json
     out = tmp_path / "b.json"
     argv = [PY, "-m", "fedalf_jax.cli", "bench", *TINY, "--repeats", "100000", "--no-sequential", "--against",
             "fedavg", "--json", str(out)]
-    returncode, text, stdout = _ctrl_c_after(argv, tmp_path, "timing 100000 rounds", 2)
-    assert returncode == 130, (returncode, text)
-    assert "the table above holds what was measured" in text, text
+    returncode, text, stdout = _ctrl_c_after(argv, tmp_path, "timing 100000 rounds", 2, sig)
+    assert returncode == status, (returncode, text)
+    assert f"fedalf bench: {name}: stopping the measurement in flight" in text, text
+    assert "next rounds" not in text  # not the run loop's message: bench has no rounds to save
+    by = "" if sig == signal.SIGINT else f" by {name}"
+    assert f"fedalf bench: interrupted{by}: the table above holds what was measured" in text, text
     res = json.loads(out.read_text())
     n = len(res["compiled_times"])
     assert 2 <= n < 100000 and len(res["against_times"]) == n  # whole repeats: the medians' own rounds

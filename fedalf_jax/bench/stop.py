@@ -1,5 +1,6 @@
-"""Ctrl-C in ``fedalf bench``: stop the measurement in flight at once and keep what was measured
-(:class:`BenchStopped`, :func:`ctrl_c_stops`, :func:`stoppable`), killing a PyTorch loop it started."""
+"""Ctrl-C (or SIGTERM, SIGHUP, SIGUSR1) in ``fedalf bench``: stop the measurement in flight at once and keep
+what was measured (:class:`BenchStopped`, :func:`ctrl_c_stops`, :func:`stoppable`), killing a PyTorch loop it
+started; the command exits with 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import contextlib
 import signal
 import sys
 import threading
+
+from ..interrupt import INTERRUPT, SIGNALS, signal_name
 
 _CHILDREN: set = set()  # the PyTorch subprocesses running, killed when Ctrl-C abandons a measurement
 
@@ -19,14 +22,23 @@ def _kill(proc) -> None:
 
 
 class BenchStopped(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM, where the run loop's :data:`~fedalf_jax.experiment.loop.INTERRUPT` catches it)
-    stopped a measurement. ``records``: a suite's records so far; ``worker``: the thread still computing
-    the abandoned measurement (the command line leaves with ``os._exit``, never tearing the interpreter
-    down under a running XLA computation)."""
+    """Ctrl-C (or another of the run loop's signals: SIGTERM, SIGHUP, SIGUSR1) stopped a measurement.
+    ``records``: a suite's records so far; ``worker``: the thread still computing the abandoned
+    measurement (the command line leaves with ``os._exit``, never tearing the interpreter down under a
+    running XLA computation); ``signum``: the signal (default: the one the run loop's ``INTERRUPT`` got,
+    else SIGINT)."""
 
-    def __init__(self, records=None, worker=None):
-        super().__init__("fedalf bench: interrupted")
+    def __init__(self, records=None, worker=None, signum=None):
+        if signum is None:
+            signum = INTERRUPT.signum
+        self.signum = int(signal.SIGINT if signum is None else signum)
+        super().__init__(f"fedalf bench: interrupted by {signal_name(self.signum)}")
         self.records, self.worker = records, worker
+
+    @property
+    def exit_status(self) -> int:
+        """The command line's exit status: 128 + the signal's number."""
+        return 128 + self.signum
 
 
 def say(line: str) -> None:
@@ -36,31 +48,38 @@ def say(line: str) -> None:
 
 @contextlib.contextmanager
 def ctrl_c_stops():
-    """While active, Ctrl-C sets the run loop's ``INTERRUPT.requested`` (which :func:`stoppable` polls)
-    with bench's own message; a second Ctrl-C leaves at once (``os._exit(130)`` on the command line).
-    The loop's :data:`INTERRUPT` installs and restores the handlers (SIGTERM too, where it does)."""
-    from ..experiment.loop import INTERRUPT
+    """While active, Ctrl-C -- and SIGTERM, SIGHUP, SIGUSR1 where the run loop's :data:`INTERRUPT` handles
+    them (not where ``nohup`` or the caller set their own) -- sets ``INTERRUPT.requested`` and
+    ``INTERRUPT.signum`` (which :func:`stoppable` polls) with bench's own message; a second signal leaves at
+    once (``os._exit(128 + signum)`` on the command line). The previous handlers come back at the end."""
     with INTERRUPT.active():
+        previous = {}
         if threading.current_thread() is threading.main_thread():
             def handle(signum, frame):
+                name = signal_name(signum)
                 if not INTERRUPT.requested:
-                    INTERRUPT.requested = True
-                    print("\nfedalf bench: Ctrl-C: stopping the measurement in flight; what was measured follows "
-                          "(Ctrl-C again to leave now)", file=sys.stderr, flush=True)
+                    INTERRUPT.requested, INTERRUPT.signum = True, signum
+                    print(f"\nfedalf bench: {name}: stopping the measurement in flight; what was measured follows "
+                          f"({name} again to leave now)", file=sys.stderr, flush=True)
                     return
                 if INTERRUPT.hard_exit:
                     import os
-                    os._exit(130)
+                    os._exit(128 + signum)
                 raise KeyboardInterrupt
-            signal.signal(signal.SIGINT, handle)
-        yield
+            for s in SIGNALS:
+                if s == signal.SIGINT or signal.getsignal(s) == INTERRUPT._handle:
+                    previous[s] = signal.signal(s, handle)
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, signal.SIG_DFL if h is None else h)
 
 
 def stoppable(fn, *args, **kw):
     """``fn(*args, **kw)`` on a worker thread while this thread waits in short slices (the run loop's
     ``_interruptible`` pattern), raising :class:`BenchStopped` as soon as a Ctrl-C is requested, without
     waiting for the computation in flight (which may take minutes: a measurement is only a timing)."""
-    from ..experiment.loop import INTERRUPT
     box: dict = {}
 
     def work():

@@ -9,6 +9,7 @@ import time
 import jax
 
 from ..experiment.config import Config
+from ..interrupt import signal_name
 from .stop import BenchStopped, stoppable
 from .table import duration
 from .timing import bench, bench_sweep, predict_width_s
@@ -142,7 +143,7 @@ def bench_suite(name: str, out, overrides: dict | None = None, *, parts=SUITE_PA
                     fits = item["width"]
             except BenchStopped as e:  # Ctrl-C: this measurement is recorded as interrupted, the rest not at all
                 rec["wall_s"] = time.perf_counter() - t0
-                rec["note"] = "interrupted (Ctrl-C)"
+                rec["note"] = f"interrupted ({signal_name(e.signum)})"
                 _write_json(out / f"{item['name']}.json", rec)
                 echo(suite_line(rec))
                 with open(out / "table.txt", "a") as f:
