@@ -9,6 +9,11 @@ The loop a PyTorch user writes: per sampled client, load the global weights, one
 its examples in shuffled batches (zero_grad / backward / step), then the global model becomes the
 clients' models averaged with weights n_i. Warm-up round(s), then ``--rounds`` timed rounds; prints one
 JSON line (seconds per round: the median and every round's).
+
+``--serve`` (what ``fedalf bench --pytorch`` uses, to interleave this loop's rounds with its own so that
+both see the same machine load): after the warm-up, print ``{"ready": true, ...}``, then run and time one
+round per line ``round`` read on stdin, answering each with ``{"s": seconds}``; at the end of stdin print
+the JSON line of all the rounds run.
 """
 
 import argparse
@@ -112,6 +117,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=os.cpu_count(),
                    help="torch.set_num_threads (default: os.cpu_count() = %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    p.add_argument("--serve", action="store_true",
+                   help="after the warm-up, one timed round per line 'round' on stdin (fedalf bench --pytorch)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -122,17 +129,32 @@ def main(argv=None):
     parts = partition(y, args.clients, args.examples_per_client, args.seed)
     model = CNN()
     state = {k: v.clone() for k, v in model.state_dict().items()}
+    about = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+             "data": "synthetic" if args.synthetic else args.data_dir,
+             "clients_per_round": args.clients_per_round, "examples_per_client": args.examples_per_client,
+             "batch_size": args.batch_size, "epochs": args.epochs, "lr": args.lr,
+             "steps_per_client": args.epochs * -(-args.examples_per_client // args.batch_size)}
     times = []
-    for r in range(args.warmup + args.rounds):
+
+    def one_round():
+        nonlocal state
         t0 = time.perf_counter()
         state = fedavg_round(model, state, x, y, parts, args, gen)
-        if r >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    print(json.dumps({"s_per_round": statistics.median(times), "times": times, "torch": torch.__version__,
-                      "threads": torch.get_num_threads(), "data": "synthetic" if args.synthetic else args.data_dir,
-                      "clients_per_round": args.clients_per_round, "examples_per_client": args.examples_per_client,
-                      "batch_size": args.batch_size, "epochs": args.epochs, "lr": args.lr,
-                      "steps_per_client": args.epochs * -(-args.examples_per_client // args.batch_size)}))
+        return time.perf_counter() - t0
+
+    for _ in range(args.warmup):
+        one_round()
+    if args.serve:
+        print(json.dumps({"ready": True, **about}), flush=True)
+        for line in sys.stdin:
+            if line.strip() != "round":
+                break
+            times.append(one_round())
+            print(json.dumps({"s": times[-1]}), flush=True)
+    else:
+        times = [one_round() for _ in range(args.rounds)]
+    print(json.dumps({"s_per_round": statistics.median(times) if times else None, "times": times, **about}),
+          flush=True)
     return 0
 
 

@@ -399,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="opt-in: also time FedAvg's CNN round as a lean PyTorch loop (experiments/torch_round.py, "
                         "run by the interpreter PYTHON, which must have torch: python -m venv X && X/bin/pip "
                         "install torch numpy) with the same clients per round, examples, batch size, epochs and "
-                        "step size, after this round's own timing, and print both and their ratio fedalf/PyTorch; "
+                        "step size, one PyTorch round after each of this round's timed rounds (both see the same load), "
+                        "and print both medians and their ratio fedalf/PyTorch; "
                         "the algorithm is FedAvg unless given, the model the CNN (default: none: no PyTorch)")
     b.add_argument("--against", default=None, metavar="ALGORITHM",
                    help="also time ALGORITHM's compiled round on the same config, interleaved with this one's "

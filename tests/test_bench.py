@@ -260,33 +260,62 @@ def test_pytorch_other_rounds_are_refused(tmp_path, capsys, argv, needle):
     assert needle in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_pytorch_ratio_is_the_compiled_round_over_the_loop(tmp_path, capsys):
-    """The wiring, with a fake interpreter whose PyTorch round takes 0.25 s: the flags it gets match the
-    round's settings, and the table's and the JSON's ratio is the compiled round's median / 0.25."""
-    got = tmp_path / "argv.txt"
-    line = ('{"s_per_round": 0.25, "times": [0.3, 0.25, 0.2], "torch": "9.9.9", "threads": 7, '
-            '"steps_per_client": 2}')
+def test_pytorch_ratio_is_the_compiled_round_over_the_loop(tmp_path, capsys, monkeypatch):
+    """The wiring, with a fake interpreter serving PyTorch rounds of 0.3, 0.25, 0.2 s: the flags it gets match
+    the round's settings, its rounds alternate with the compiled round's (one after each, seen in one log
+    both write to), and the table's and the JSON's ratio is the compiled round's median / 0.25."""
+    from fedalf_jax.bench import timing
+    got, log = tmp_path / "argv.txt", tmp_path / "order.txt"
+    ready = '{"ready": true, "torch": "9.9.9", "threads": 7, "steps_per_client": 2}'
     python = _stub(tmp_path / "py", f'if [ "$1" = "-c" ]; then echo 9.9.9; exit 0; fi\n'
-                                    f'echo "$@" > {got}\necho progress\necho \'{line}\'\n')
+                                    f'echo "$@" > {got}\necho progress\necho \'{ready}\'\n'
+                                    f'for s in 0.3 0.25 0.2; do read line || exit 0; echo torch >> {log}; '
+                                    f'echo "{{\\"s\\": $s}}"; done\n')
+    real = timing._compiled_round
+
+    def logged(*a):  # the compiled round writes to the same log as the fake interpreter
+        compiled = real(*a)
+
+        def call(*b):
+            with open(log, "a") as f:
+                f.write("fedalf\n")
+            return compiled(*b)
+        return call
+    monkeypatch.setattr(timing, "_compiled_round", logged)
     out = tmp_path / "b.json"
     argv = ["bench", "--pytorch", python, "--dataset", "synthetic", "--clients", "6", "--clients-per-round", "3",
-            "--synthetic-train", "300", "--synthetic-test", "60", "--repeats", "2", "--no-sequential",
+            "--synthetic-train", "300", "--synthetic-test", "60", "--repeats", "3", "--no-sequential",
             "--batch-size", "40", "--lr", "0.03", "--json", str(out)]
     assert main(argv) == 0
+    assert log.read_text().split() == ["fedalf", "torch"] * 3  # interleaved, one of each per repeat
     res = json.loads(out.read_text())
     assert (res["algorithm"], res["model"]) == ("fedavg", "cnn")  # FedAvg unless given
-    assert res["pytorch"]["python"] == python and res["pytorch_s_per_round"] == 0.25
+    assert res["pytorch"]["python"] == python and res["pytorch"]["times"] == [0.3, 0.25, 0.2]
+    assert res["pytorch_s_per_round"] == 0.25 and len(res["compiled_times"]) == 3
     assert res["fedalf_over_pytorch"] == res["compiled_s_per_round"] / 0.25
     flags = got.read_text().split()
-    assert flags[0] == str(B.TORCH_SCRIPT) and "--synthetic" in flags
-    given = dict(zip(flags[1::2], flags[2::2]))
+    assert flags[0] == str(B.TORCH_SCRIPT) and flags[-2:] == ["--synthetic", "--serve"]
+    given = dict(zip(flags[1:-2:2], flags[2:-2:2]))
     assert given == {"--clients": "6", "--clients-per-round": "3", "--examples-per-client": "62",  # 300 / 6 ≈ 50, padded
-                     "--batch-size": "40", "--epochs": "1", "--lr": "0.03", "--rounds": "2", "--seed": "0"}
+                     "--batch-size": "40", "--epochs": "1", "--lr": "0.03", "--warmup": "1", "--seed": "0"}
     assert res["steps_per_client"] == 2  # ceil(62 / 40), the loop's too
     printed = capsys.readouterr().out
     _check_table(printed.replace("convolution", "").replace("conv_impl", ""))
     assert re.search(r"PyTorch loop +250 ms/round +the same round as a lean PyTorch 9\.9\.9 loop, 7 threads", printed)
     assert re.search(rf"fedalf / PyTorch +{re.escape(B.sig(res['compiled_s_per_round'] / 0.25))}× ", printed)
+
+
+def test_a_pytorch_loop_that_dies_is_one_line(tmp_path, capsys):
+    """The script failing mid-way (here after its warm-up) is a one-line error with its last stderr line."""
+    python = _stub(tmp_path / "py", 'if [ "$1" = "-c" ]; then echo 9.9.9; exit 0; fi\n'
+                                    'echo \'{"ready": true, "torch": "9.9.9", "threads": 1}\'\n'
+                                    'read line; echo "RuntimeError: out of memory" >&2; exit 3\n')
+    argv = ["bench", "--pytorch", python, "--dataset", "synthetic", "--clients", "6", "--clients-per-round", "3",
+            "--synthetic-train", "300", "--synthetic-test", "60", "--repeats", "2", "--no-sequential"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("stopped without a result (exit status 3): RuntimeError: out of memory"), err
+    assert "Traceback" not in "\n".join(err)
 
 
 def test_bench_without_pytorch_has_no_pytorch_rows():
@@ -307,6 +336,14 @@ def test_torch_round_runs_and_prints_its_json():
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["s_per_round"] > 0 and len(res["times"]) == 1 and res["steps_per_client"] == 2
     assert res["data"] == "synthetic" and res["threads"] >= 1 and res["torch"]
+    # served (fedalf bench --pytorch): ready after the warm-up, then one answer per "round" line
+    r = subprocess.run([TORCH_PY, str(B.TORCH_SCRIPT), "--synthetic", "--serve", "--warmup", "1",
+                        "--clients", "4", "--clients-per-round", "2", "--examples-per-client", "100"],
+                       input="round\nround\n", capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(ln) for ln in r.stdout.strip().splitlines()]
+    assert lines[0]["ready"] is True and lines[0]["steps_per_client"] == 2 and len(lines) == 4
+    assert lines[1]["s"] > 0 and lines[2]["s"] > 0 and lines[3]["times"] == [lines[1]["s"], lines[2]["s"]]
 
 
 def test_against_times_the_other_algorithm_interleaved_and_prints_the_ratio(tmp_path, capsys, monkeypatch):

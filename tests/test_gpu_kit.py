@@ -66,7 +66,8 @@ def test_bench_progress_lines_and_ctrl_c_keeps_the_partial_table(tmp_path):
     assert returncode == 130, (returncode, text)
     # one line per measurement, in order, the timed rounds' with their expected time
     marks = ["loading the data", "compiling the round", "compiling the sequential loop",
-             "timing 2 rounds of the compiled round and the sequential loop: ~", "timing the server step alone",
+             "timing 2 rounds of the compiled round and the sequential loop, interleaved: ~",
+             "timing the server step alone",
              "counting the server's loop trips over 2000 rounds of W=1: compiling, then ≤ ~"]
     pos = [text.find(m) for m in marks]
     assert all(i >= 0 for i in pos) and pos == sorted(pos), text

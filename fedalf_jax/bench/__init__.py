@@ -17,11 +17,11 @@ from .stop import BenchStopped, ctrl_c_stops, say, stoppable
 from .suite import SUITE_HEADER, SUITE_PARTS, SUITES, bench_suite, is_out_of_memory, suite_line, suite_plan
 from .table import duration, format_bench, format_bench_sweep, sig
 from .timing import (MAKE_PYTORCH, TORCH_SCRIPT, bench, bench_sweep, check_pytorch, check_pytorch_config,
-                     make_sequential, predict_width_s, pytorch_args, pytorch_round, sequential_round, server_seconds)
+                     make_sequential, predict_width_s, PytorchLoop, pytorch_args, sequential_round, server_seconds)
 
 __all__ = [
     "bench", "bench_sweep", "make_sequential", "sequential_round", "server_seconds", "predict_width_s",
-    "TORCH_SCRIPT", "MAKE_PYTORCH", "check_pytorch", "check_pytorch_config", "pytorch_args", "pytorch_round",
+    "TORCH_SCRIPT", "MAKE_PYTORCH", "check_pytorch", "check_pytorch_config", "pytorch_args", "PytorchLoop",
     "server_depth", "all_loops", "BenchStopped", "ctrl_c_stops", "say", "stoppable", "SUITES", "SUITE_PARTS",
     "SUITE_HEADER", "suite_plan", "bench_suite", "is_out_of_memory", "suite_line", "sig", "duration",
     "format_bench", "format_bench_sweep",

@@ -3,11 +3,13 @@ per-client loop of the same math (the same ``client_step`` jitted for one client
 Python loop, then the same ``server_step``), measured in one process. Medians after compile. A
 vmapped sweep of W runs against the same runs one after another (``--sweep-width``: :func:`bench_sweep`).
 Opt-in (``--pytorch PYTHON``): FedAvg's CNN round against a lean PyTorch loop of the same round
-(``experiments/torch_round.py``, run by that interpreter in a subprocess).
+(``experiments/torch_round.py``, run by that interpreter in a subprocess, one round of it after each
+compiled round).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -65,7 +67,51 @@ def _fresh(state):
     return jax.tree_util.tree_map(jnp.copy, state)
 
 
-_VARIANT_NAMES = {"compiled": "compiled round", "sequential": "sequential loop", "against": "{against} round"}
+_VARIANT_NAMES = {"compiled": "compiled round", "sequential": "sequential loop", "against": "{against} round",
+                  "pytorch": "PyTorch loop"}
+
+
+def _time_rounds(res: dict, variants: dict, box: dict, repeats: int, client_steps: int, against, loop, say) -> None:
+    """``repeats`` rounds of each variant, interleaved (one of each per repeat, so that all see the same
+    machine load; ``variants["pytorch"]``: a round of ``loop``, a :class:`PytorchLoop`), with their medians
+    and ratios in ``res`` after every repeat (a Ctrl-C keeps the whole repeats timed so far)."""
+    times = {k: [] for k in variants}
+
+    def medians():
+        res["compiled_s_per_round"] = statistics.median(times["compiled"])
+        res["compiled_times"] = list(times["compiled"])
+        res["rounds_per_s"] = 1.0 / res["compiled_s_per_round"]
+        res["client_steps_per_s"] = client_steps / res["compiled_s_per_round"]
+        if against is not None:
+            res["against"] = against
+            res["against_s_per_round"] = statistics.median(times["against"])
+            res["against_times"] = list(times["against"])
+            res["over_against"] = res["compiled_s_per_round"] / res["against_s_per_round"]
+        if loop is not None:
+            res["pytorch"] = {**loop.about, "python": loop.python, "times": list(times["pytorch"]),
+                              "s_per_round": statistics.median(times["pytorch"])}
+            res["pytorch_s_per_round"] = res["pytorch"]["s_per_round"]
+            res["fedalf_over_pytorch"] = res["compiled_s_per_round"] / res["pytorch_s_per_round"]
+        if "sequential" in variants:
+            res["sequential_s_per_round"] = statistics.median(times["sequential"])
+            res["sequential_times"] = list(times["sequential"])
+            res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
+
+    for r in range(repeats):
+        for name, fn in variants.items():
+            if name == "pytorch":
+                times[name].append(loop.round())  # as the script timed it
+                continue
+            t0 = time.perf_counter()
+            box[name] = jax.block_until_ready(fn(box[name]))
+            times[name].append(time.perf_counter() - t0)
+        medians()
+        if r == 0:
+            one = sum(t[0] for t in times.values())
+            say(f"timing {repeats} round{'s' if repeats != 1 else ''} of the "
+                f"{' and the '.join(_VARIANT_NAMES.get(k, k).format(against=against) for k in variants)}"
+                f"{', interleaved' if len(variants) > 1 else ''}: ~{duration(one * (repeats - 1))} more "
+                f"(one of each took {duration(one)})")
 
 
 def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_widths=(), depth_rounds: int = 12,
@@ -73,8 +119,8 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
     """Round time of ``cfg``'s compiled round (and the sequential loop), the server step's time, and
     with ``depth_widths`` (FedLF/FedALF) the server's sequential depth (:func:`server_depth`). With
     ``pytorch`` (an interpreter that has torch; ``cfg`` a FedAvg CNN round, :func:`check_pytorch_config`),
-    the same round as a lean PyTorch loop (:func:`pytorch_round`) and ``fedalf_over_pytorch``, the
-    compiled round's time over the PyTorch loop's. With ``against`` (an algorithm's name, e.g. ``"fedavg"``),
+    the same round as a lean PyTorch loop (:class:`PytorchLoop`), its rounds interleaved with the compiled
+    round's, and ``fedalf_over_pytorch``, the compiled round's median time over the PyTorch loop's. With ``against`` (an algorithm's name, e.g. ``"fedavg"``),
     that algorithm's compiled round on the same config, timed interleaved with ``cfg``'s (both see the same
     machine load), and ``over_against``, ``cfg``'s round time over it.
 
@@ -118,42 +164,16 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
         o_compiled = _compiled_round(o_exp.spec, o_state, o_exp.hp, o_exp.data)
         variants["against"] = lambda s: o_compiled(s, o_exp.hp, o_exp.data)[0]
         box["against"] = o_state
-    times = {k: [] for k in variants}
-    client_steps = cfg.clients_per_round * steps
-
-    def medians():  # the figures of the repeats timed so far (a Ctrl-C keeps them in ``res``)
-        res["compiled_s_per_round"] = statistics.median(times["compiled"])
-        res["compiled_times"] = list(times["compiled"])
-        res["rounds_per_s"] = 1.0 / res["compiled_s_per_round"]
-        res["client_steps_per_s"] = client_steps / res["compiled_s_per_round"]
-        if against is not None:
-            res["against"] = against
-            res["against_s_per_round"] = statistics.median(times["against"])
-            res["against_times"] = list(times["against"])
-            res["over_against"] = res["compiled_s_per_round"] / res["against_s_per_round"]
-        if seq is not None:
-            res["sequential_s_per_round"] = statistics.median(times["sequential"])
-            res["sequential_times"] = list(times["sequential"])
-            res["speedup"] = res["sequential_s_per_round"] / res["compiled_s_per_round"]
-    for r in range(repeats):  # interleaved, so that all see the same machine load
-        for name, fn in variants.items():
-            t0 = time.perf_counter()
-            box[name] = jax.block_until_ready(fn(box[name]))
-            times[name].append(time.perf_counter() - t0)
-        medians()
-        if r == 0:
-            one = sum(t[0] for t in times.values())
-            say(f"timing {repeats} round{'s' if repeats != 1 else ''} of the "
-                f"{' and the '.join(_VARIANT_NAMES.get(k, k).format(against=against) for k in variants)}: "
-                f"~{duration(one * (repeats - 1))} more (one of each took {duration(one)})")
-    if pytorch is not None:
-        guess = (repeats + 1) * 2 * res["compiled_s_per_round"]
-        say(f"timing a lean PyTorch {torch_version} loop of the same round ({TORCH_SCRIPT.name} run by {pytorch}): "
-            f"a warm-up round and {repeats} timed, ~{duration(guess)} if it takes twice the compiled round")
-        data_dir = exp.source if cfg.dataset == "fmnist" and os.path.isdir(exp.source) else None
-        res["pytorch"] = pytorch_round(pytorch, pytorch_args(cfg, int(data.train_idx.shape[1]), repeats, data_dir))
-        res["pytorch_s_per_round"] = res["pytorch"]["s_per_round"]
-        res["fedalf_over_pytorch"] = res["compiled_s_per_round"] / res["pytorch_s_per_round"]
+    with contextlib.ExitStack() as stack:
+        loop = None
+        if pytorch is not None:  # its rounds interleaved with the compiled round's: both see the same load
+            say(f"starting a lean PyTorch {torch_version} loop of the same round ({TORCH_SCRIPT.name} run by "
+                f"{pytorch}): loading its data and a warm-up round ...")
+            data_dir = exp.source if cfg.dataset == "fmnist" and os.path.isdir(exp.source) else None
+            loop = stack.enter_context(PytorchLoop(pytorch, pytorch_args(cfg, int(data.train_idx.shape[1]),
+                                                                         data_dir)))
+            variants["pytorch"] = None
+        _time_rounds(res, variants, box, repeats, cfg.clients_per_round * steps, against, loop, say)
     say(f"timing the server step alone: compiling, then {repeats} calls of "
         f"< {duration(res['compiled_s_per_round'])} each")
     res["server_s"] = server_seconds(spec, state, hp, data, repeats)
@@ -206,47 +226,72 @@ def check_pytorch(python: str) -> str:
     return r.stdout.strip().splitlines()[-1]
 
 
-def pytorch_args(cfg: Config, examples_per_client: int, rounds: int, data_dir: str | None) -> list[str]:
-    """experiments/torch_round.py's flags for ``cfg``'s round: its clients, clients per round, examples per
-    client (the padded length the compiled round steps through), batch size, epochs, step size and seed;
-    ``data_dir`` (Fashion-MNIST's folder) or random data of the same shape."""
+def pytorch_args(cfg: Config, examples_per_client: int, data_dir: str | None) -> list[str]:
+    """experiments/torch_round.py's flags for ``cfg``'s round, served one round at a time (``--serve``, one
+    warm-up round): its clients, clients per round, examples per client (the padded length the compiled round
+    steps through), batch size, epochs, step size and seed; ``data_dir`` (Fashion-MNIST's folder) or random
+    data of the same shape."""
     args = ["--clients", str(cfg.clients), "--clients-per-round", str(cfg.clients_per_round),
             "--examples-per-client", str(examples_per_client), "--batch-size", str(cfg.batch_size),
-            "--epochs", str(cfg.local_epochs), "--lr", repr(float(cfg.lr)), "--rounds", str(rounds),
+            "--epochs", str(cfg.local_epochs), "--lr", repr(float(cfg.lr)), "--warmup", "1",
             "--seed", str(cfg.seed)]
-    return args + (["--data-dir", data_dir] if data_dir else ["--synthetic"])
+    return args + (["--data-dir", data_dir] if data_dir else ["--synthetic"]) + ["--serve"]
 
 
-def pytorch_round(python: str, args: list[str]) -> dict:
-    """Run experiments/torch_round.py with ``python`` and ``args``; its JSON line (``s_per_round``, ``times``,
-    ``torch``, ``threads``, ...) with ``python`` added. A run that fails: a one-line :class:`ConfigError`.
-    A Ctrl-C (the run loop's ``INTERRUPT``) kills it and raises :class:`BenchStopped`."""
-    from ..experiment.loop import INTERRUPT
-    cmd = [shutil.which(python) or python, str(TORCH_SCRIPT), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _CHILDREN.add(proc)
-    try:
-        while True:
-            try:
-                out, err = proc.communicate(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if INTERRUPT.requested:
-                    raise BenchStopped() from None
-    finally:
-        _kill(proc)
-    if INTERRUPT.requested:  # the Ctrl-C reached the subprocess first
-        raise BenchStopped()
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    try:
-        res = json.loads(lines[-1])
-        float(res["s_per_round"])
-    except (IndexError, ValueError, KeyError, TypeError):
-        last = (err.strip().splitlines() or out.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise ConfigError(f"--pytorch: {TORCH_SCRIPT.name} run by {python} gave no result "
-                          f"(exit status {proc.returncode}): {last}") from None
-    return {**res, "python": python}
+class PytorchLoop:
+    """experiments/torch_round.py run by ``python`` with ``args`` (:func:`pytorch_args`), serving rounds:
+    built and warmed up on construction (``about``: its ``ready`` line: torch version, threads, ...), then
+    :meth:`round` runs one round and returns its seconds as the script timed it, so that ``fedalf bench``
+    interleaves them with its own rounds. A script that fails: a one-line :class:`ConfigError`; a Ctrl-C
+    (the run loop's ``INTERRUPT``) kills it (:func:`~fedalf_jax.bench.stop.stoppable`) and raises
+    :class:`BenchStopped`. Use as a context manager (it is killed on leaving)."""
 
+    def __init__(self, python: str, args: list[str]):
+        import tempfile
+        self.python = python
+        self._err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: its warnings never block it
+        self._proc = subprocess.Popen([shutil.which(python) or python, str(TORCH_SCRIPT), *args],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
+                                      bufsize=1)
+        _CHILDREN.add(self._proc)
+        self.about = self._read("ready")
+
+    def _read(self, key: str) -> dict:
+        from ..experiment.loop import INTERRUPT
+        for line in self._proc.stdout:  # lines that are not its JSON (a library's notice) are skipped
+            if line.startswith("{"):
+                try:
+                    got = json.loads(line)
+                except ValueError:
+                    continue
+                if key in got:
+                    return got
+        if INTERRUPT.requested:  # killed by a Ctrl-C
+            raise BenchStopped()
+        self.close()
+        self._err.seek(0)
+        last = (self._err.read().strip().splitlines() or [f"exit status {self._proc.returncode}"])[-1]
+        raise ConfigError(f"--pytorch: {TORCH_SCRIPT.name} run by {self.python} stopped without a result "
+                          f"(exit status {self._proc.returncode}): {last}")
+
+    def round(self) -> float:
+        """Run one round; its seconds as the script timed them."""
+        try:
+            self._proc.stdin.write("round\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it has died: _read says why
+        return float(self._read("s")["s"])
+
+    def close(self) -> None:
+        _kill(self._proc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        self._err.close()
 
 
 def server_seconds(spec, state, hp, data, repeats: int) -> float:
