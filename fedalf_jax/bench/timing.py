@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from ..experiment.build import build
 from ..experiment.config import Config, ConfigError
+from ..interrupt import SIGNALS
 from ..problem.models import default_conv_impl
 from ..sim.client import steps_per_epoch
 from ..sim.round import client_phase, client_step, init_state, round_keys, run_rounds, sample_clients, server_step
@@ -238,6 +239,10 @@ def pytorch_args(cfg: Config, examples_per_client: int, data_dir: str | None) ->
     return args + (["--data-dir", data_dir] if data_dir else ["--synthetic"]) + ["--serve"]
 
 
+# the exit statuses of a script ended by one of the signals fedalf handles (killed, or exiting 128 + signum)
+_BY_A_SIGNAL = frozenset(x for sig in SIGNALS for x in (-int(sig), 128 + int(sig)))
+
+
 class PytorchLoop:
     """experiments/torch_round.py run by ``python`` with ``args`` (:func:`pytorch_args`), serving rounds:
     built and warmed up on construction (``about``: its ``ready`` line: torch version, threads, ...), then
@@ -266,13 +271,17 @@ class PytorchLoop:
                     continue
                 if key in got:
                     return got
-        if INTERRUPT.requested:  # killed by a Ctrl-C
-            raise BenchStopped()
         self.close()
+        if self._proc.returncode in _BY_A_SIGNAL:  # a terminal's Ctrl-C reaches this bench too: wait for it
+            deadline = time.monotonic() + 2.0
+            while not INTERRUPT.requested and time.monotonic() < deadline:
+                time.sleep(0.02)
+        if INTERRUPT.requested:  # killed by a Ctrl-C (or SIGTERM, ...)
+            raise BenchStopped()
         self._err.seek(0)
-        last = (self._err.read().strip().splitlines() or [f"exit status {self._proc.returncode}"])[-1]
+        last = (self._err.read().strip().splitlines() or [""])[-1]
         raise ConfigError(f"--pytorch: {TORCH_SCRIPT.name} run by {self.python} stopped without a result "
-                          f"(exit status {self._proc.returncode}): {last}")
+                          f"(exit status {self._proc.returncode})" + (f": {last}" if last else ""))
 
     def round(self) -> float:
         """Run one round; its seconds as the script timed them."""
