@@ -532,4 +532,19 @@ mutate fedalf_jax/sim/client.py '        right = (jnp.argmax(logits, -1) == y_po
   '        right = jnp.argmax(logits, -1) == y_pool[r]' "fwdpass: the chunked evaluation counts padded examples" \
   "tests/test_wiring.py -k real_examples"
 
+# issue 29 item 4: bench under a scheduler's SIGTERM, and --pytorch's rounds interleaved (label "benchsig")
+mutate fedalf_jax/bench/stop.py '                if s == signal.SIGINT or signal.getsignal(s) == INTERRUPT._handle:' \
+  '                if s == signal.SIGINT:' "benchsig: SIGTERM stops a bench with the run loop's words" \
+  "tests/test_gpu_kit.py -k ctrl_c_during"
+mutate fedalf_jax/cli.py '    return e.exit_status' '    return 130' "benchsig: a bench stopped by SIGTERM exits 130" \
+  "tests/test_gpu_kit.py -k ctrl_c_during"
+mutate fedalf_jax/bench/timing.py '                times[name].append(loop.round())  # as the script timed it
+                continue' '                if r == repeats - 1:
+                    times[name][:] = [loop.round() for _ in range(repeats)]
+                else:
+                    times[name].append(1.0)
+                continue' "benchsig: the PyTorch rounds all after the compiled ones" "tests/test_bench.py -k pytorch_ratio"
+mutate fedalf_jax/bench/timing.py '            deadline = time.monotonic() + 2.0' '            deadline = time.monotonic()' \
+  "benchsig: a PyTorch loop killed by the terminal's Ctrl-C first reported as failed" "tests/test_gpu_kit.py -k terminals"
+
 exit $status
