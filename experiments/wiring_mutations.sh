@@ -536,7 +536,8 @@ mutate fedalf_jax/sim/client.py '        right = (jnp.argmax(logits, -1) == y_po
 mutate fedalf_jax/bench/stop.py '                if s == signal.SIGINT or signal.getsignal(s) == INTERRUPT._handle:' \
   '                if s == signal.SIGINT:' "benchsig: SIGTERM stops a bench with the run loop's words" \
   "tests/test_gpu_kit.py -k ctrl_c_during"
-mutate fedalf_jax/cli.py '    return e.exit_status' '    return 130' "benchsig: a bench stopped by SIGTERM exits 130" \
+mutate fedalf_jax/cli.py $'        os._exit(e.exit_status)\n    return e.exit_status' $'        os._exit(130)\n    return 130' \
+  "benchsig: a bench stopped by SIGTERM exits 130" \
   "tests/test_gpu_kit.py -k ctrl_c_during"
 mutate fedalf_jax/bench/timing.py '                times[name].append(loop.round())  # as the script timed it
                 continue' '                if r == repeats - 1:
