@@ -548,4 +548,14 @@ mutate fedalf_jax/bench/timing.py '                times[name].append(loop.round
 mutate fedalf_jax/bench/timing.py '            deadline = time.monotonic() + 2.0' '            deadline = time.monotonic()' \
   "benchsig: a PyTorch loop killed by the terminal's Ctrl-C first reported as failed" "tests/test_gpu_kit.py -k terminals"
 
+# issue 29 item 1: the reshape pool's backward pass written out (label "pool")
+mutate fedalf_jax/problem/models.py "    gw = jnp.where(hit, g[:, :, None, :, None, :] / count, jnp.zeros((), g.dtype))" \
+  "    gw = jnp.where(hit, g[:, :, None, :, None, :], jnp.zeros((), g.dtype))" \
+  "pool: every tied maximum gets the whole cotangent" "tests/test_models.py -k ties"
+mutate fedalf_jax/problem/models.py "    return _max_pool_reshape(x)" "    return jnp.max(_windows_2x2(x), axis=(2, 4))" \
+  "pool: JAX's own (slow) rule for the reshape pool's gradient" "tests/test_models.py -k ties"
+mutate fedalf_jax/problem/models.py "    return (jnp.pad(dx, ((0, 0), (0, h - dx.shape[1]), (0, w - dx.shape[2]), (0, 0))),)" \
+  "    return (jnp.pad(dx, ((0, 0), (h - dx.shape[1], 0), (w - dx.shape[2], 0), (0, 0))),)" \
+  "pool: an odd size's dropped row padded on the wrong side" "tests/test_models.py -k ties"
+
 exit $status
