@@ -179,12 +179,12 @@ def _max_pool_reshape_fwd(x):
 
 def _max_pool_reshape_bwd(res, g):
     """``jnp.max``'s own gradient (the cotangent split equally among a window's tied maxima), written as one
-    mask and one select: JAX's rule (a float indicator, two reductions and a division by the counts) took
-    ~30% of the CNN's SGD step on CPU (docs/benchmarks.md, "The pooling's backward pass")."""
+    mask, an integer count and one select: JAX's rule (float sums of a float mask) made the CNN's SGD step
+    on CPU ~25% longer; so do float counts (docs/benchmarks.md, "The pooling's backward pass")."""
     x, y = res
     xw = _windows_2x2(x)
     hit = xw == y[:, :, None, :, None, :]
-    count = jnp.sum(hit, axis=(2, 4), keepdims=True, dtype=g.dtype)
+    count = jnp.sum(hit, axis=(2, 4), keepdims=True).astype(g.dtype)  # counted in int32: as floats, 25% slower
     gw = jnp.where(hit, g[:, :, None, :, None, :] / count, jnp.zeros((), g.dtype))
     b, h, w, c = x.shape
     dx = gw.reshape(b, 2 * y.shape[1], 2 * y.shape[2], c)
