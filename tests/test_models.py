@@ -135,6 +135,22 @@ def test_reshape_max_pool_gradient_splits_ties_as_jnp_max_does(shape):
     assert sums == [jnp.int32], sums
 
 
+def test_forward_mode_through_the_cnn_needs_the_lax_pool():
+    """As models.py says: the reshape pool is reverse-mode only (its backward pass is written out); a CNN built
+    with ``pool_impl="lax"`` takes ``jax.jvp``, and its directional derivative matches the reshape CNN's
+    gradient along the same direction."""
+    a = make_model("cnn", num_classes=10, input_shape=FMNIST, conv_impl="im2col")
+    b = make_model("cnn", num_classes=10, input_shape=FMNIST, conv_impl="im2col", pool_impl="lax")
+    v, x = _random_variables(a), _normal(2, *FMNIST)
+    d = jax.tree.map(lambda t: _normal(*t.shape), v)
+    f = lambda m: (lambda v: jnp.sum(m.apply(v, x)[0]))  # noqa: E731
+    _, tangent = jax.jvp(f(b), (v,), (d,))
+    g = jax.grad(f(a))(v)
+    _close(tangent, sum(jnp.vdot(gi, di) for gi, di in zip(jax.tree.leaves(g), jax.tree.leaves(d))), rtol=1e-3)
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax.jvp(f(a), (v,), (d,))
+
+
 def test_default_conv_impl():
     assert default_conv_impl("cpu") in CONV_IMPLS
     assert default_conv_impl("gpu") == "lax"
