@@ -370,8 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser(
         "bench", help="round throughput: compiled vmapped round vs a sequential client loop",
         description="Round throughput. The default (the main job's FedALF CNN round on Fashion-MNIST, compiled "
-                    "against a sequential client loop, 5 rounds each, and the server step alone) takes an estimated "
-                    "2 minutes on a quiet 2-core CPU: the compilations and 5 x (2.7 + 3.2) s of timed rounds "
+                    "against a sequential client loop, 5 rounds each, and the server step alone) takes under a "
+                    "minute on a quiet 2-core CPU: the compilations and 5 x (1.7 + 1.9) s of timed rounds "
                     "(docs/benchmarks.md). --sweep-width times the MLP unless --model cnn is given. Each "
                     "measurement prints a line on stderr with its expected time; Ctrl-C stops at once, prints the "
                     "table of what was measured and exits with 130 (SIGTERM, SIGHUP, SIGUSR1 the same, exit 143, 129, "
