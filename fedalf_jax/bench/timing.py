@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from ..experiment.build import build
 from ..experiment.config import Config, ConfigError
-from ..interrupt import SIGNALS
+from ..interrupt import INTERRUPT, SIGNALS
 from ..problem.models import default_conv_impl
 from ..sim.client import steps_per_epoch
 from ..sim.round import client_phase, client_step, init_state, round_keys, run_rounds, sample_clients, server_step
@@ -121,9 +121,10 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
     with ``depth_widths`` (FedLF/FedALF) the server's sequential depth (:func:`server_depth`). With
     ``pytorch`` (an interpreter that has torch; ``cfg`` a FedAvg CNN round, :func:`check_pytorch_config`),
     the same round as a lean PyTorch loop (:class:`PytorchLoop`), its rounds interleaved with the compiled
-    round's, and ``fedalf_over_pytorch``, the compiled round's median time over the PyTorch loop's. With ``against`` (an algorithm's name, e.g. ``"fedavg"``),
-    that algorithm's compiled round on the same config, timed interleaved with ``cfg``'s (both see the same
-    machine load), and ``over_against``, ``cfg``'s round time over it.
+    round's, and ``fedalf_over_pytorch``, the compiled round's median time over the PyTorch loop's. With
+    ``against`` (an algorithm's name, e.g. ``"fedavg"``), that algorithm's compiled round on the same config,
+    timed interleaved with ``cfg``'s (both see the same machine load), and ``over_against``, ``cfg``'s round
+    time over it.
 
     ``progress``: called with one line per measurement, with its expected duration once the first timed
     round gives one (``fedalf bench`` prints them on stderr). ``partial``: the result dict, filled as
@@ -259,10 +260,13 @@ class PytorchLoop:
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
                                       bufsize=1)
         _CHILDREN.add(self._proc)
-        self.about = self._read("ready")
+        try:
+            self.about = self._read("ready")
+        except BaseException:
+            self._err.close()
+            raise
 
     def _read(self, key: str) -> dict:
-        from ..experiment.loop import INTERRUPT
         for line in self._proc.stdout:  # lines that are not its JSON (a library's notice) are skipped
             if line.startswith("{"):
                 try:
