@@ -546,7 +546,7 @@ mutate fedalf_jax/bench/timing.py '                times[name].append(loop.round
                     times[name].append(1.0)
                 continue' "benchsig: the PyTorch rounds all after the compiled ones" "tests/test_bench.py -k pytorch_ratio"
 mutate fedalf_jax/bench/timing.py '            deadline = time.monotonic() + 2.0' '            deadline = time.monotonic()' \
-  "benchsig: a PyTorch loop killed by the terminal's Ctrl-C first reported as failed" "tests/test_gpu_kit.py -k terminals"
+  "benchsig: a PyTorch loop killed by the terminal's Ctrl-C first reported as failed" "tests/test_bench.py -k terminals"
 
 # issue 29 item 1: the reshape pool's backward pass written out (label "pool")
 mutate fedalf_jax/problem/models.py "    gw = jnp.where(hit, g[:, :, None, :, None, :] / count, jnp.zeros((), g.dtype))" \

@@ -81,6 +81,7 @@ def test_bench_sweep_table_is_readable():
 
 import re  # noqa: E402
 import subprocess  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -235,6 +236,18 @@ def _stub(path: Path, body: str) -> str:
     return str(path)
 
 
+def _serving(path: Path, rounds: str, before: str = "") -> str:
+    """A fake interpreter with torch 9.9.9 whose ``torch_round.py --serve`` runs ``before``, says it is ready
+    (7 threads, 2 steps per client), then runs ``rounds`` (shell code that reads the requests on stdin)."""
+    ready = '{"ready": true, "torch": "9.9.9", "threads": 7, "steps_per_client": 2}'
+    return _stub(path, f'if [ "$1" = "-c" ]; then echo 9.9.9; exit 0; fi\n{before}echo \'{ready}\'\n{rounds}')
+
+
+# a small FedAvg CNN round for --pytorch (synthetic data of FMNIST's shape, 3 clients of 50 examples per round)
+SMALL = ["--dataset", "synthetic", "--clients", "6", "--clients-per-round", "3", "--synthetic-train", "300",
+         "--synthetic-test", "60", "--no-sequential"]
+
+
 @pytest.mark.parametrize("kind", ["missing", "no torch"])
 def test_pytorch_without_an_interpreter_with_torch_is_one_line(tmp_path, capsys, kind):
     python = (str(tmp_path / "nope" / "python") if kind == "missing" else
@@ -266,11 +279,8 @@ def test_pytorch_ratio_is_the_compiled_round_over_the_loop(tmp_path, capsys, mon
     both write to), and the table's and the JSON's ratio is the compiled round's median / 0.25."""
     from fedalf_jax.bench import timing
     got, log = tmp_path / "argv.txt", tmp_path / "order.txt"
-    ready = '{"ready": true, "torch": "9.9.9", "threads": 7, "steps_per_client": 2}'
-    python = _stub(tmp_path / "py", f'if [ "$1" = "-c" ]; then echo 9.9.9; exit 0; fi\n'
-                                    f'echo "$@" > {got}\necho progress\necho \'{ready}\'\n'
-                                    f'for s in 0.3 0.25 0.2; do read line || exit 0; echo torch >> {log}; '
-                                    f'echo "{{\\"s\\": $s}}"; done\n')
+    python = _serving(tmp_path / "py", f'for s in 0.3 0.25 0.2; do read line || exit 0; echo torch >> {log}; '
+                                        f'echo "{{\\"s\\": $s}}"; done\n', before=f'echo "$@" > {got}\necho progress\n')
     real = timing._compiled_round
 
     def logged(*a):  # the compiled round writes to the same log as the fake interpreter
@@ -283,9 +293,8 @@ def test_pytorch_ratio_is_the_compiled_round_over_the_loop(tmp_path, capsys, mon
         return call
     monkeypatch.setattr(timing, "_compiled_round", logged)
     out = tmp_path / "b.json"
-    argv = ["bench", "--pytorch", python, "--dataset", "synthetic", "--clients", "6", "--clients-per-round", "3",
-            "--synthetic-train", "300", "--synthetic-test", "60", "--repeats", "3", "--no-sequential",
-            "--batch-size", "40", "--lr", "0.03", "--json", str(out)]
+    argv = ["bench", "--pytorch", python, *SMALL, "--repeats", "3", "--batch-size", "40", "--lr", "0.03",
+            "--json", str(out)]
     assert main(argv) == 0
     assert log.read_text().split() == ["fedalf", "torch"] * 3  # interleaved, one of each per repeat
     res = json.loads(out.read_text())
@@ -307,15 +316,32 @@ def test_pytorch_ratio_is_the_compiled_round_over_the_loop(tmp_path, capsys, mon
 
 def test_a_pytorch_loop_that_dies_is_one_line(tmp_path, capsys):
     """The script failing mid-way (here after its warm-up) is a one-line error with its last stderr line."""
-    python = _stub(tmp_path / "py", 'if [ "$1" = "-c" ]; then echo 9.9.9; exit 0; fi\n'
-                                    'echo \'{"ready": true, "torch": "9.9.9", "threads": 1}\'\n'
-                                    'read line; echo "RuntimeError: out of memory" >&2; exit 3\n')
-    argv = ["bench", "--pytorch", python, "--dataset", "synthetic", "--clients", "6", "--clients-per-round", "3",
-            "--synthetic-train", "300", "--synthetic-test", "60", "--repeats", "2", "--no-sequential"]
+    python = _serving(tmp_path / "py", 'read line; echo "RuntimeError: out of memory" >&2; exit 3\n')
+    argv = ["bench", "--pytorch", python, *SMALL, "--repeats", "2"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("stopped without a result (exit status 3): RuntimeError: out of memory"), err
     assert "Traceback" not in "\n".join(err)
+
+
+def test_a_terminals_ctrl_c_that_ends_the_pytorch_loop_first_still_keeps_the_table(tmp_path):
+    """In a terminal Ctrl-C reaches the PyTorch loop too, and it may die before fedalf's handler runs: the
+    bench must still stop as for Ctrl-C (table, exit 130), not report a PyTorch loop that failed. A fake
+    interpreter serves two rounds, then on the third exits as Ctrl-C kills it (130) and only 0.5 s later
+    sends the bench its Ctrl-C (in a subprocess: the signal must not reach pytest)."""
+    python = _serving(tmp_path / "py", 'n=0\nwhile read line; do n=$((n + 1))\n'
+                      '  if [ $n -eq 3 ]; then (sleep 0.5; kill -INT $PPID) </dev/null >/dev/null 2>&1 & exit 130; fi\n'
+                      '  echo \'{"s": 0.05}\'\ndone\n')
+    out = tmp_path / "b.json"
+    argv = [sys.executable, "-m", "fedalf_jax.cli", "bench", "--pytorch", python, *SMALL, "--repeats", "5",
+            "--json", str(out)]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert "stopped without a result" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "fedalf bench: interrupted: the table above holds what was measured" in r.stderr, r.stderr
+    res = json.loads(out.read_text())
+    assert res["interrupted"] is True and res["pytorch"]["times"] == [0.05, 0.05]
+    assert len(res["compiled_times"]) == 2 and re.search(r"PyTorch loop +50\.0 ms/round", r.stdout), r.stdout
 
 
 def test_bench_without_pytorch_has_no_pytorch_rows():
