@@ -201,8 +201,8 @@ def _acc_loss_chunked(model, params, stats, x_pool, y_pool, ci, cn, chunk: int):
 
     zero = jnp.zeros((), jnp.float32)
     loss, correct = _sum_over_chunks(sums, (zero, zero), ci, cn, chunk)
-    count = jnp.maximum(cn, 1)
-    return correct / count, loss / jnp.maximum(jnp.asarray(cn, loss.dtype), 1.0)
+    count = jnp.maximum(jnp.asarray(cn, jnp.float32), 1.0)
+    return correct / count, loss / count
 
 
 def _acc_loss(model, params, stats, x_pool, y_pool, ci, cn):
