@@ -137,3 +137,37 @@ def test_resume_before_anything_was_written_starts_from_round_zero(tmp_path, cap
     assert main(["run", *TINY, "--rounds", "3", "--resume", "--out", str(b)]) == 0
     assert list(RunDir(b).metrics()["round"]) == [0, 1, 2, 3]
     assert json.loads((b / "summary.json").read_text())["round"] == 3
+
+
+BIG = 10 ** 400  # a JSON integer no float holds: math.isfinite(BIG) raises OverflowError
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    *[(k, BIG, f"{k} must be a positive finite number") for k in ("lr", "alpha", "epsilon", "clip", "rho",
+                                                                  "server_lr")],
+    *[(k, BIG, f"{k} must be a non-negative finite number") for k in ("mu", "q", "merge_tol")],
+    ("lr_decay", BIG, "lr_decay must be a positive finite number"),
+    ("delta", BIG, "delta must be in (0, 1)"),
+    ("rounds", BIG, "rounds must be a positive integer"),
+    ("seed", BIG, "seed must be a non-negative integer"),
+    ("seed", 2 ** 32, "seed must be a non-negative integer (at most 4294967295)"),  # its key would be seed 0's
+    ("hp", {"beta1": BIG}, "hp 'beta1' must be a finite number"),
+], ids=lambda v: "BIG" if v is BIG else ("hp-BIG" if isinstance(v, dict) else None))
+def test_config_integers_too_large_for_a_float_are_one_line(tmp_path, capsys, key, value, needle):
+    """Issue 36.6: ``"epsilon": 1000…0`` (401 digits) in --config ended in OverflowError; the option is named
+    and the number is not printed whole."""
+    cfg = tmp_path / "c.json"
+    algorithm = {"algorithm": "examples.fedadam:fedadam"} if key == "hp" else {}
+    cfg.write_text(json.dumps({**algorithm, key: value}))
+    code, err = _cli(capsys, ["run", "--config", str(cfg), "--dataset", "synthetic", "--out", str(tmp_path / "o")])
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert needle in err and len(err) < 300, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_config_integer_past_python_digit_limit_is_one_line(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"epsilon": 1' + "0" * 5000 + "}")
+    code, err = _cli(capsys, ["run", "--config", str(cfg), "--dataset", "synthetic", "--out", str(tmp_path / "o")])
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "cannot be read" in err and "4300 digits" in err, err

@@ -2,14 +2,14 @@
 
 Everything a run needs to be reproduced lives here and is written to ``config.json``. The privacy
 options' consistency and what a private run's guarantee covers are :mod:`.guarantee`'s (``Config``
-calls it, so ``sim.privacy`` stays pure mechanism); a run's identity compared, the values of options
-added since a run was made, and the options a run never reads are :mod:`.identity`'s.
+calls it, so ``sim.privacy`` stays pure mechanism); the options' possible values are :mod:`.options`'s
+(re-exported here); a run's identity compared, the values of options added since a run was made, and the
+options a run never reads are :mod:`.identity`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import numbers
@@ -18,29 +18,14 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from ..sim.algorithms import DUAL_FROM, FACTORIES, FAIR_NORMS, LOCAL_OPTIMIZERS, SERVER_TARGETS
-from ..sim.privacy import LDP_NAMES, NEIGHBOURING
+from ..errors import ConfigError  # raised here and by every floor; fj.ConfigError is this class
+from ..sim.algorithms import DUAL_FROM, FAIR_NORMS, LOCAL_OPTIMIZERS, SERVER_TARGETS
+from ..sim.privacy import NEIGHBOURING
 from . import registry
+# the options' values (re-exported: `from fedalf_jax.experiment.config import ALGORITHMS` keeps working)
+from .options import (_ADMM, ALGORITHMS, ASSIGNS, CLIENT_GRADS, CLIENT_MAPS, CONTINUOUS, DATASETS, DPS, LAYERS, LDP_ON,
+                      LDPS, LOGS, MATMUL_PRECISIONS, MODELS, PARTITIONS, QP_METHODS, STATE_DTYPES, _user_algorithm)
 
-ALGORITHMS = tuple(FACTORIES)
-DATASETS = ("fmnist", "cifar10", "cifar100", "synthetic")
-PARTITIONS = ("pat1", "pat2", "dirichlet", "iid", "given")  # given: a registered data set's own client lists
-ASSIGNS = ("fedlf", "shards")
-MODELS = ("cnn", "cnn_bn", "mlp")
-LDPS = LDP_NAMES
-DPS = ("none", "gaussian", "central")  # central: user-level DP-FedAvg (clip each upload, the server adds noise)
-CLIENT_GRADS = ("full", "local")
-LDP_ON = ("weights", "update")  # what a local mechanism perturbs: w (the paper's reading) or w − θ
-LAYERS = ("module", "tensor")
-QP_METHODS = ("auto", "active", "osqp", "pgd")
-CLIENT_MAPS = ("auto", "vmap", "map")
-LOGS = ("csv", "tensorboard")
-STATE_DTYPES = ("float32", "bfloat16")
-# float32 matmuls/convolutions of the model (clients' training and evaluation): default (TF32 on recent
-# NVIDIA GPUs), high, highest (true float32). CPU computes all three in float32.
-MATMUL_PRECISIONS = ("default", "high", "highest")
-# The numeric hyper-parameters: traced in the compiled program, so a sweep vmaps over them.
-CONTINUOUS = ("lr", "lr_decay", "server_lr", "server_lr_decay", "mu", "rho", "q", "epsilon", "delta", "clip")
 
 # Server learning rate and its per-round decay when the user gives none (docs/algorithms.md).
 _SERVER_DEFAULTS = {
@@ -60,7 +45,6 @@ _ADMM_DEFAULTS = {
     "fedalf": ("increment", 0.01),
     "fedadmm": ("model", 0.1),
 }
-_ADMM = ("fedadmm", "fedalf")  # make_admm_upload: the upload may carry the dual
 
 
 # A private run (a mechanism on) that leaves these options unset gets the guarantee-holding variant that
@@ -85,10 +69,6 @@ CONTENT = ("data_digest", "algorithm_code", "model_code")
 # Keys that config.json carries for the reader but that are derived from the options (Config.privacy):
 # Config.from_dict ignores them, so a run directory's config.json goes back through --config as it is.
 DERIVED_KEYS = ("privacy",)
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names it and the fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,6 +268,8 @@ class Config:
             d = json.loads(p.read_text())
         except json.JSONDecodeError as e:
             raise ConfigError(f"config file {p} is not valid JSON ({e.msg} at line {e.lineno})") from None
+        except ValueError as e:  # an integer of more than 4300 digits: Python refuses to read it
+            raise ConfigError(f"config file {p} cannot be read: {str(e).split(';')[0]}") from None
         if not isinstance(d, dict):
             raise ConfigError(f"config file {p} must hold a JSON object of option names to values")
         return cls.from_dict(d)
@@ -391,7 +373,7 @@ class Config:
         for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "eval_every", "devices",
                      "train_loss_every", "synthetic_train", "synthetic_test"):
             _pos_int(name, getattr(self, name))
-        _nonneg_int("seed", self.seed)
+        _nonneg_int("seed", self.seed, 2 ** 32 - 1)
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients}); "
                               f"lower --clients-per-round or raise --clients")
@@ -412,7 +394,7 @@ class Config:
         if self.server_lr is not None:
             _pos_float("server_lr", self.server_lr)
         if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
-            raise ConfigError(f"delta must be in (0, 1), got {self.delta!r}")
+            raise ConfigError(f"delta must be in (0, 1), got {_shown(self.delta)}")
         try:
             parse_every(self.checkpoint_every)
         except ValueError as e:
@@ -426,16 +408,6 @@ class Config:
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         return self
-
-
-@functools.lru_cache(maxsize=32)
-def _user_algorithm(name: str, version: int) -> Any:
-    """A user's algorithm built without the model's layers (once per registry ``version``), or ``None``
-    when its factory needs them: ``build()`` builds and checks it then."""
-    try:
-        return registry.make_algorithm(name, None)
-    except Exception:  # noqa: BLE001 - a factory that needs the model's layers
-        return None
 
 
 def declared_hparams(name: str) -> Optional[dict]:
@@ -459,8 +431,9 @@ def _check_hp(cfg: "Config") -> None:
             has = (f"it declares {', '.join(declared)}" if declared else
                    "it declares none (Algorithm(hparams=...) declares them)")
             raise ConfigError(f"hp {k!r}: algorithm {cfg.algorithm!r} has no hyper-parameter {k!r}; {has}")
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-            raise ConfigError(f"hp {k!r} must be a finite number, got {type(v).__name__} {v!r}")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not _finite(v):
+            shown = _shown(v) if isinstance(v, numbers.Real) and not _finite(v) else f"{type(v).__name__} {v!r}"
+            raise ConfigError(f"hp {k!r} must be a finite number, got {shown}")
 
 
 def parse_every(v: Any) -> tuple[str, float]:
@@ -493,21 +466,39 @@ def _choice(name: str, value: Any, options: tuple) -> None:
         raise ConfigError(f"unknown {name} {value!r}; choose one of {', '.join(options)}")
 
 
+INT_MAX = 2 ** 31 - 1  # counts are int32 on the device; a seed is a PRNG key's 32 bits (2**32 would be seed 0)
+
+
 def _pos_int(name: str, v: Any) -> None:
-    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= INT_MAX:
+        raise ConfigError(f"{name} must be a positive integer (at most {INT_MAX}), got {_shown(v)}")
 
 
-def _nonneg_int(name: str, v: Any) -> None:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ConfigError(f"{name} must be a non-negative integer, got {v!r}")
+def _nonneg_int(name: str, v: Any, top: int = INT_MAX) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= top:
+        raise ConfigError(f"{name} must be a non-negative integer (at most {top}), got {_shown(v)}")
+
+
+def _finite(v: Any) -> bool:
+    """``v`` is a number a float holds: an integer past ~1.8e308 (JSON allows one) is not finite here."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _shown(v: Any) -> str:
+    """``repr(v)``, an integer too long to read shortened to its size (``10**400`` has 401 digits)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10 ** 30:
+        return f"an integer of about {int(abs(v).bit_length() * 0.30103) + 1} digits"
+    return repr(v)
 
 
 def _pos_float(name: str, v: Any) -> None:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-        raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not _finite(v) or v <= 0:
+        raise ConfigError(f"{name} must be a positive finite number, got {_shown(v)}")
 
 
 def _nonneg_float(name: str, v: Any) -> None:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-        raise ConfigError(f"{name} must be a non-negative finite number, got {v!r}")
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not _finite(v) or v < 0:
+        raise ConfigError(f"{name} must be a non-negative finite number, got {_shown(v)}")
