@@ -663,7 +663,7 @@ def _main(argv) -> int:
         return _dispatch(args)
     except Interrupted as e:
         cmd, by = invoked(), ("" if e.signum == signal.SIGINT else f" by {signal_name(e.signum)}")
-        again = (f"{cmd} sweep --resume --out {shlex.quote(str(args.out))}" if args.command == "sweep"
+        again = (_sweep_again(cmd, args, sys.argv[1:] if argv is None else argv) if args.command == "sweep"
                  else f"{cmd} run --resume --out {shlex.quote(str(e.dirs[0]))}" if e.dirs else None)
         if args.command == "sweep":
             kept = f"every finished round of its runs is saved; continue with: {again}"
@@ -671,6 +671,8 @@ def _main(argv) -> int:
             return e.exit_status
         if again is None:
             kept = "nothing was saved (no --out)"
+        elif not e.kept:
+            kept = "no round had finished and none of its files are left: the same command starts it again"
         elif e.saved:
             kept = f"the metrics and a checkpoint of round {e.round} are saved; continue with: {again}"
         else:
@@ -681,6 +683,16 @@ def _main(argv) -> int:
         by = "" if INTERRUPT.signum in (None, signal.SIGINT) else f" by {signal_name(INTERRUPT.signum)}"
         print(f"fedalf {args.command}: interrupted{by}", file=sys.stderr)
         return INTERRUPT.exit_status
+
+
+def _sweep_again(cmd: str, args, argv) -> str:
+    """The line that continues an interrupted sweep: ``--resume --out`` and the slice (``--shard`` as given:
+    ``1/2``, or ``K`` for a Slurm array's every task); before ``sweep.json`` was written, the command itself
+    with ``--resume`` (its options are the plan)."""
+    if not (Path(args.out) / "sweep.json").is_file():
+        return " ".join([cmd, *map(shlex.quote, map(str, argv)), *([] if args.resume else ["--resume"])])
+    shard = f" --shard {shlex.quote(args.shard)}" if args.shard is not None else ""
+    return f"{cmd} sweep --resume --out {shlex.quote(str(args.out))}{shard}"
 
 
 def _dispatch(args) -> int:

@@ -349,3 +349,37 @@ def test_gpu_auto_vmapped_runs_and_clients_equal_their_single_runs_within_float_
             assert abs(float(x["mean_acc"]) - float(y["mean_acc"])) <= one_flip.mean() + 1e-6
         for a, b in zip(_checkpoint_leaves(rd), _checkpoint_leaves(single)):
             np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-4, atol=1e-5)
+
+
+# ---- issue 36, item 7: the resume line of an interrupted sharded sweep keeps its slice -----------------
+
+@pytest.mark.parametrize("shard, planned", [("1/2", True), ("2", True), (None, True), ("1/2", False)])
+def test_resume_line_of_an_interrupted_sweep_names_every_option_it_needs(tmp_path, capsys, monkeypatch, shard,
+                                                                         planned):
+    """Pasted, ``sweep --resume --out DIR`` without ``--shard 1/2`` resumes every slice (in a Slurm array every
+    task would run the whole sweep); before sweep.json exists, only the sweep's own options can start it."""
+    import shlex
+    import signal
+    from fedalf_jax.cli import build_parser
+    from fedalf_jax.experiment import sweep as S
+    from fedalf_jax.interrupt import Interrupted
+    out = tmp_path / "sw"
+
+    def interrupted(*a, **kw):
+        out.mkdir()
+        if planned:
+            (out / "sweep.json").write_text("{}")
+        raise Interrupted(2, [], signum=signal.SIGTERM)
+
+    monkeypatch.setattr(S, "sweep", interrupted)
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    argv = ["sweep", *TINY, "--lr", "0.1", "0.2", "--out", str(out), *(["--shard", shard] if shard else [])]
+    assert main(argv) == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "continue with: " in err[0], err
+    again = shlex.split(err[0].split("continue with: ")[1])
+    assert again[0] == "fedalf"
+    args = build_parser().parse_args(again[1:])
+    assert args.command == "sweep" and args.resume and args.out == str(out) and args.shard == shard, again
+    if not planned:  # the plan's options are all there
+        assert args.lr == [0.1, 0.2] and args.rounds == [4], again
