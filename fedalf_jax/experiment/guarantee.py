@@ -5,19 +5,25 @@ so ``sim.privacy`` stays pure mechanism) and :func:`_check_accountable` a centra
 cannot account; :func:`privacy_guarantee` says whether the mechanism's formal guarantee covers what the
 clients upload, :func:`privacy_not_covered` what leaves them un-noised beside it, and
 :func:`privacy_record` is ``Config.privacy``, the record in ``config.json`` and ``summary.json``. This
-module reads :mod:`.config`'s names; ``Config`` imports it inside the methods that call it.
+module reads the options' values from :mod:`.options`, not :mod:`.config`: ``Config`` imports it inside the
+methods that call it.
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..notices import Notice
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, gaussian_epsilon
 from . import registry
-from .config import _ADMM, ALGORITHMS, CLIENT_GRADS, DPS, Config, ConfigError, _user_algorithm
+from .options import _ADMM, ALGORITHMS, CLIENT_GRADS, DPS, MODELS, _user_algorithm
+
+if TYPE_CHECKING:  # annotations only: Config imports this module inside the methods that call it
+    from .config import Config
 
 # The server step's L2 sensitivity to replacing one client's clipped upload (norm ≤ clip) by another, in
 # units of η_g·clip, under dp="central" (accounted as sampling without replacement, whose relation is

@@ -38,7 +38,7 @@ class OwnHParams(Mapping):
         try:
             return self._d[name]
         except KeyError:
-            from .contract import error
+            from ..errors import ConfigError as error  # as contract.error makes it; contract imports this module
             have = ", ".join(self._d) or "none"
             raise error(f"hp.own[{name!r}]: the algorithm declares no hyper-parameter {name!r} (it declares: {have}; "
                         f"Algorithm(hparams={{{name!r}: default, ...}}) declares one)") from None
@@ -211,7 +211,7 @@ RESERVED_HPARAMS = HParams._fields  # an algorithm's own names may not shadow th
 
 def _own_hparams(name: str, given) -> tuple:
     """``Algorithm.hparams`` checked and normalised to ``((name, float default), ...)``; one line otherwise."""
-    from .contract import error
+    from ..errors import ConfigError as error  # as contract.error makes it; contract imports this module
     head = f"algorithm {name!r}: hparams"
     if isinstance(given, Mapping):
         pairs = list(given.items())

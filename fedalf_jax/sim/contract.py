@@ -14,10 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import ConfigError
+
 
 def error(msg: str) -> Exception:
-    """A :class:`~fedalf_jax.experiment.config.ConfigError` (the CLI prints it as one line, exit 2)."""
-    from ..experiment.config import ConfigError
+    """A :class:`~fedalf_jax.errors.ConfigError` (the CLI prints it as one line, exit 2)."""
     return ConfigError(msg)
 
 
