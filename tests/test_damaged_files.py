@@ -230,3 +230,69 @@ def test_an_ended_run_without_evaluations_is_one_line_not_an_index_error(finishe
     code, err = _cli(capsys, ["run", "--resume", "--out", str(run), "--no-progress"])
     _one_line_error(code, err, "holds no evaluation", "metrics.csv")
     assert _hashes(run) == before
+
+
+# ---- issue 36, item 8: what a report, a summary and a resume say of a run whose end went wrong ------------
+
+def test_report_calls_a_finished_run_without_summary_ended_not_running(finished, tmp_path, capsys):
+    run = _copy(finished, tmp_path, "run")
+    (run / "summary.json").unlink()  # its metrics.csv reaches round 2 of 2
+    before = _hashes(run)
+    code, err = _cli(capsys, ["report", str(run), "--out", str(tmp_path / "report")])
+    _one_line_error(code, err, "(1 ended (no summary.json))", f"fedalf run --resume --out {run}")
+    assert "running" not in err
+    assert _hashes(run) == before
+    unfinished = _copy(finished, tmp_path / "cut", "run")  # round 2's row gone: it did not end
+    (unfinished / "summary.json").unlink()
+    lines = (unfinished / "metrics.csv").read_text().splitlines()
+    (unfinished / "metrics.csv").write_text("\n".join(lines[:-1]) + "\n")
+    code, err = _cli(capsys, ["report", str(unfinished), "--out", str(tmp_path / "report2")])
+    _one_line_error(code, err, "(1 running)")
+
+
+def _failing_final_checkpoint(monkeypatch, rounds):
+    from fedalf_jax.experiment.rundir import WriteError
+    real = RunDir.save_checkpoint
+
+    def save(self, state, cfg):  # the disk fills up on the last round's checkpoint
+        if int(state.round) == rounds:
+            raise WriteError(self.path / "checkpoint.npz", OSError(28, "No space left on device"))
+        return real(self, state, cfg)
+    monkeypatch.setattr(RunDir, "save_checkpoint", save)
+    return real
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_failed_final_checkpoint_leaves_no_done_summary(tmp_path, capsys, monkeypatch, compile_cache, command):
+    """summary.json said "done at round 2" beside a round-1 checkpoint: a resume then had nothing to do and
+    rounds 1-2 lived only in metrics.csv. Now the run stays unfinished and --resume redoes round 2."""
+    out = tmp_path / command
+    real = _failing_final_checkpoint(monkeypatch, 2)
+    extra = ["--seeds", "0"] if command == "sweep" else []
+    code, err = _cli(capsys, [command, *TINY, "--checkpoint-every", "1", *extra, "--out", str(out)])
+    if command == "sweep":  # after the line that says how the sweep's runs are grouped
+        assert err.startswith("fedalf: sweep chunk 1: ") and err.count("\n") == 2, err
+        err = err.splitlines()[-1]
+    _one_line_error(code, err, "No space left on device", "round 1")
+    run = _sweep_run(out) if command == "sweep" else out
+    assert not (run / "summary.json").exists()
+    assert RunDir(run).checkpoint_rounds().keys() == {1}
+    monkeypatch.setattr(RunDir, "save_checkpoint", real)
+    code, err = _cli(capsys, [command, "--resume", "--out", str(out), "--no-progress"])
+    assert code == 0, err
+    assert json.loads((run / "summary.json").read_text())["round"] == 2
+    assert RunDir(run).checkpoint_rounds().keys() >= {2} and _rounds(run) == [0, 1, 2]
+
+
+def test_resume_says_when_it_falls_back_to_the_previous_checkpoint(tmp_path, capsys, compile_cache):
+    run = tmp_path / "run"
+    assert main(["run", *TINY, "--checkpoint-every", "1", "--out", str(run)]) == 0
+    assert RunDir(run).checkpoint_rounds().keys() == {1, 2}
+    (run / "checkpoint.npz").unlink()
+    (run / "summary.json").unlink()
+    code, err = _cli(capsys, ["run", "--resume", "--out", str(run), "--no-progress"])
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "checkpoint" in line]
+    assert said == [f"fedalf: warning: {run}: checkpoint.npz is missing; resuming from checkpoint.prev.npz "
+                    f"(round 1)"], err
+    assert _rounds(run) == [0, 1, 2] and json.loads((run / "summary.json").read_text())["round"] == 2

@@ -276,6 +276,7 @@ class Slot:
     status: str = "running"
     message: str = ""
     retired: bool = False  # a diverged run whose slot no longer counts
+    checkpointed: Optional[int] = None  # the round of the last checkpoint written to disk by this call
     variables: Any = None  # the final global model (host arrays), once the run has ended
     t0: float = dataclasses.field(default_factory=time.perf_counter)
 
@@ -453,7 +454,14 @@ def _checkpoint(ckpt: Checkpointer, slots, state, batched: bool) -> None:
         if host is None:
             host = jax.tree_util.tree_map(lambda x: np.array(x, copy=True), to_host(state))
         s = _take(host, i) if batched else host
-        ckpt.submit(lambda rd=slot.rundir, s=s, c=slot.cfg: rd.save_checkpoint(s, c))
+        ckpt.submit(lambda slot=slot, s=s: _save_checkpoint(slot, s))
+
+
+def _save_checkpoint(slot: Slot, state) -> None:
+    """Write ``state`` to the slot's run directory (on the checkpoint thread) and note its round: the
+    summary says "done" only once the last round's checkpoint is on disk (:func:`_finish`)."""
+    slot.rundir.save_checkpoint(state, slot.cfg)
+    slot.checkpointed = int(state.round)
 
 
 def _param_sizes(variables, batched: bool = False) -> dict[str, int]:
@@ -484,6 +492,9 @@ def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None, rebuilt:
     slot.writers = []
     if not slot.rows or (slot.status == "running" and slot.rows[-1]["round"] < slot.cfg.rounds):
         return  # interrupted (or nothing ran): no summary, so the run stays resumable
+    if (slot.status == "running" and slot.rundir is not None and rebuilt is None
+            and slot.checkpointed != slot.cfg.rounds):
+        return  # its last checkpoint was not written (the write failed, or a second signal): --resume redoes it
     if slot.status == "running":
         slot.status = "done"
     if slot.rundir is None:

@@ -465,6 +465,9 @@ class RunDir:
         if damaged:
             warnings.warn(f"{self.path}: damaged checkpoint ({why}); resuming from {path.name} (round {round})",
                           Notice, stacklevel=2)
+        elif not (self.path / CHECKPOINT).is_file():  # gone (deleted, or a kill between the two renames)
+            warnings.warn(f"{self.path}: {CHECKPOINT} is missing; resuming from {path.name} (round {round})",
+                          Notice, stacklevel=2)
         ident = self.checkpoint_identity(path)
         if ident is None:
             warnings.warn(f"{path} was written before checkpoints recorded their config; it is not checked "

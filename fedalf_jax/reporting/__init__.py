@@ -86,7 +86,7 @@ from ..experiment.config import ConfigError
 from ..experiment.rundir import RunDir, find_runs
 from .figures import Baseline, FrontierPoint, curves_figure, frontier_data, heatmap_data, write_figures
 from .runs import (LABELS, NOT_NAMING, Cell, Run, base_label, build_cells, cell_guarantee, cell_spent, choose_eta,
-                   eta_option, length_notes, load_runs, name_variants, naming_options, resolved_config,
+                   STATUS_WORDS, eta_option, length_notes, load_runs, name_variants, naming_options, resolved_config,
                    run_guarantee, run_spent, swept_eta)
 from .tables import (CSV_COLUMNS, FRONTIER_NOTE, RULES, cell_row, format_cell, last_k_notes, mean_std, write_csv,
                      write_markdown)
@@ -110,7 +110,7 @@ def _make_dir(path: Path) -> None:
 def resume_hint(rundirs: list[RunDir], skipped: dict) -> str:
     """The commands that finish the unfinished runs: ``fedalf sweep --resume --out SWEEP`` for a sweep's run,
     ``fedalf run --resume --out RUN`` for a run of its own."""
-    names = set(skipped.get("running", [])) | set(skipped.get("new", []))
+    names = set(skipped.get("running", [])) | set(skipped.get("new", [])) | set(skipped.get("ended", []))
     cmds = list(dict.fromkeys(
         f"fedalf sweep --resume --out {shlex.quote(str(rd.path.parent))}" if (rd.path.parent / "sweep.json").is_file()
         else f"fedalf run --resume --out {shlex.quote(str(rd.path))}" for rd in rundirs if rd.name in names))
@@ -136,7 +136,7 @@ def report(paths: list[str], out: str, *, last: int = 5) -> dict:
     name_variants(runs)
     cells, notes = build_cells(runs)
     if not any(c.done for c in cells):
-        counts = ", ".join(f"{len(v)} {k}" for k, v in skipped.items())
+        counts = ", ".join(f"{len(v)} {STATUS_WORDS.get(k, k)}" for k, v in skipped.items())
         raise ConfigError(f"none of the {len(rundirs)} runs in {', '.join(map(str, paths))} has finished "
                           f"({counts}); finish them ({resume_hint(rundirs, skipped)}) or pass other directories")
     messages += length_notes(runs) + notes

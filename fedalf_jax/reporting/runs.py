@@ -202,8 +202,26 @@ def _plural(n: int, word: str) -> str:
 
 
 _WHY = {"running": "not finished; fedalf sweep --resume or fedalf run --resume finishes them",
+        "ended": "their metrics reach their last round but summary.json is missing; fedalf sweep --resume or "
+                 "fedalf run --resume writes it",
         "new": "not started", "diverged": "they make their η ineligible in their cell",
         "empty": "metrics.csv holds no evaluation"}
+
+
+STATUS_WORDS = {"ended": "ended (no summary.json)"}  # a status as the report's counts say it
+
+
+def _ended(rd: RunDir, status: str) -> str:
+    """``ended`` for a ``running`` run (no summary.json) whose metrics.csv reaches its last round: it
+    finished, but its summary was lost (deleted, or its write failed); else ``status``."""
+    if status != "running" or not rd.has_config():
+        return status
+    try:
+        rounds = int(resolved_config(rd.config_dict())["rounds"])
+        done = rd.metrics().get("round", ())
+    except (ConfigError, ValueError, TypeError, KeyError):  # the reading below says what is wrong
+        return status
+    return "ended" if len(done) and int(max(done)) >= rounds else status
 
 
 def _read_run(rd: RunDir, status: str) -> Run:
@@ -275,7 +293,7 @@ def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], l
     runs, skipped, unreadable = [], defaultdict(list), []
     for rd in rundirs:
         try:
-            status = rd.status()
+            status = _ended(rd, rd.status())
             if not rd.has_config():
                 skipped[status].append(rd.name)
                 continue

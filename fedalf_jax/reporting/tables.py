@@ -13,7 +13,7 @@ import numpy as np
 
 from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, ConfigError
 from ..experiment.rundir import PERSONAL_KEYS
-from .runs import Cell, Run, _index, _plural, _shorten, cell_guarantee, cell_spent
+from .runs import STATUS_WORDS, Cell, Run, _index, _plural, _shorten, cell_guarantee, cell_spent
 
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
                "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
@@ -209,7 +209,7 @@ an algorithm."""
 def write_markdown(path: Path, cells: list[Cell], rows: dict, last: int, figures: dict, notes: list[str],
                    counts: dict) -> None:
     lines = ["# fedalf report", "", RULES, "",
-             "Runs: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".", ""]
+             "Runs: " + ", ".join(f"{n} {STATUS_WORDS.get(s, s)}" for s, n in counts.items()) + ".", ""]
     if notes:
         lines += ["## Skipped runs and notes", ""] + [f"- {m}" for m in notes] + [""]
     for model in sorted({c.model for c in cells}, key=lambda m: _index(MODELS, m)):
