@@ -192,6 +192,11 @@ def test_suite_plan_overrides_and_filters():
     (["bench", "--suite", "gpu", "--out", "{tmp}", "--sweep-width", "0"], "--sweep-width values must be"),
     (["bench", "--part", "round"], "--part goes with --suite"),
     (["bench", "--suite", "tpu", "--out", "{tmp}"], "invalid choice"),
+    # issue 36.9: a selection that measures nothing (a typo, a model outside the suite) exited 0
+    (["bench", "--suite", "smoke", "--out", "{tmp}", "--model", "nosuch"], "--model nosuch selects none of suite"),
+    (["bench", "--suite", "smoke", "--out", "{tmp}", "--model", "cnn"], "--model cnn selects none of suite smoke"),
+    (["bench", "--suite", "smoke", "--out", "{tmp}", "--algorithm", "fedalf", "--part", "sweep"],
+     "sweep mlp fedavg with --part sweep"),
 ])
 def test_suite_bad_input_is_one_line(tmp_path, capsys, argv, needle):
     argv = [a.replace("{tmp}", str(tmp_path / "s")) for a in argv]
@@ -202,6 +207,7 @@ def test_suite_bad_input_is_one_line(tmp_path, capsys, argv, needle):
     err = capsys.readouterr().err
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not list(tmp_path.glob("s/*.json"))  # validated before anything runs
+    assert not (tmp_path / "s" / "table.txt").exists()
 
 
 def test_gpu_session_steps_fit_the_device_limit():

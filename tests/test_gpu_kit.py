@@ -174,6 +174,15 @@ def test_gpu_session_step_whose_command_fails_exits_with_its_status(tmp_path):
     assert "gpu_session: step 1 failed (exit 2)" in r.stderr and "step 1:" not in r.stdout
 
 
+def test_gpu_session_step_that_measures_nothing_fails(tmp_path):
+    """Issue 36.9: a --model outside the suite (or a typo) measured nothing and the step "passed"."""
+    env = _env(PYTHON=sys.executable, OUT=str(tmp_path / "out"), ALLOW_CPU="1", SUITE="smoke", EXTRA="--model nosuch")
+    r = subprocess.run(["bash", str(SESSION), "1"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "--model nosuch selects none of suite smoke's measurements" in r.stdout
+    assert "gpu_session: step 1 failed (exit 2)" in r.stderr and "step 1:" not in r.stdout
+
+
 def test_gpu_session_header_is_for_a_gpu_owner():
     text = SESSION.read_text()
     head = text[:text.index("set -euo pipefail")]

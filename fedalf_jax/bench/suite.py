@@ -58,6 +58,13 @@ def suite_plan(name: str, overrides: dict | None = None, *, parts=SUITE_PARTS, w
         for w in widths or s["widths"]:
             plan.append({"name": f"sweep_{cfg.model}_{cfg.algorithm}_w{w}", "kind": "sweep", "config": cfg,
                          "width": int(w), "repeats": repeats or s["sweep_repeats"]})
+    if not plan:  # a typo (--model nosuch) or a model outside the suite: an error, never "0 measurements"
+        given = " ".join(f"--{k} {v}" for k, v in keep.items())
+        has = [f"round {m} {a}" for m, a in s["rounds"] if "round" in parts] + \
+              ([f"sweep {s['sweep']['model']} {s['sweep']['algorithm']}"] if "sweep" in parts else [])
+        part = "" if tuple(parts) == SUITE_PARTS else f" with --part {' '.join(parts)}"
+        raise ConfigError(f"{given} selects none of suite {name}'s measurements ({', '.join(has)}{part}): nothing "
+                          f"would be measured; give one of those models and algorithms, or no --model/--algorithm")
     return plan
 
 
