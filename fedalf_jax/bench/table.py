@@ -3,6 +3,9 @@ to 3 significant digits and what each line measures; the JSON keeps every figure
 
 from __future__ import annotations
 
+import resource
+
+import jax
 import numpy as np
 
 
@@ -24,6 +27,15 @@ def duration(s: float) -> str:
     if s >= 1e-3:
         return f"{sig(s * 1e3)} ms"
     return f"{sig(s * 1e6)} µs"
+
+
+def _peak_memory_mb() -> float:
+    """The first device's peak memory in use (MiB), or on CPU the process's peak resident host memory."""
+    dev = jax.devices()[0]
+    stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
+    if stats and "peak_bytes_in_use" in stats:
+        return stats["peak_bytes_in_use"] / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # host RSS on CPU (KiB on Linux)
 
 
 def _memory(mb: float, backend: str) -> tuple[str, str]:
@@ -120,7 +132,6 @@ def format_bench_sweep(res: dict) -> str:
                      duration(d["compile_sweep_s"]), duration(d["compile_single_s"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [head] + ["  " + "  ".join(c.rjust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-    from .timing import _peak_memory_mb
     mem, where = _memory(res["peak_memory_mb"] if "peak_memory_mb" in res else _peak_memory_mb(), res["backend"])
     lines.append(f"  speedup: the W separate runs' time / the sweep's (> 1: the sweep is faster); peak memory "
                  f"{mem} ({where})")

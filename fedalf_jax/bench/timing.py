@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ from ..sim.client import steps_per_epoch
 from ..sim.round import client_phase, client_step, init_state, round_keys, run_rounds, sample_clients, server_step
 from .depth import server_depth
 from .stop import _CHILDREN, BenchStopped, _kill
-from .table import duration
+from .table import _peak_memory_mb, duration
 
 
 def sequential_round(spec, client_j, server_j, sel_j, state, hp, data):
@@ -319,14 +318,6 @@ def server_seconds(spec, state, hp, data, repeats: int) -> float:
         s = jax.block_until_ready(server_j(s, sel, n, outs, hp))
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def _peak_memory_mb() -> float:
-    dev = jax.devices()[0]
-    stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
-    if stats and "peak_bytes_in_use" in stats:
-        return stats["peak_bytes_in_use"] / 2 ** 20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # host RSS on CPU (KiB on Linux)
 
 
 def bench_sweep(cfg: Config, *, widths, repeats: int = 3, progress=None, partial: dict | None = None) -> dict:

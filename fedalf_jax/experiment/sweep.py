@@ -80,8 +80,8 @@ def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None
             with bar.stage(f"planning {len(configs)} run{'s' if len(configs) != 1 else ''}"):
                 if chunk is None and not _planned(configs, root, same=shard is not None):
                     with bar.stage("planning memory"):
-                        chosen = choose_chunk(configs, limit=memory_limit, progress=progress, programs=programs,
-                                              announce=announce, bar=bar)
+                        chosen = choose_chunk(configs, make_group=_Group, limit=memory_limit, progress=progress,
+                                              programs=programs, announce=announce, bar=bar)
                 compress = RunDir(root).compress if compress_checkpoints is None else bool(compress_checkpoints)
                 plan(configs, root, {**(meta or {}), "chunk": chosen, "compress_checkpoints": compress},
                      same=shard is not None)

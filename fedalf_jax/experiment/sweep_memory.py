@@ -234,13 +234,14 @@ def fit_width(estimate, runs: int, devices: int, limit: int, args_bytes=None, tr
     return lo, seen
 
 
-def choose_chunk(configs: list[Config], *, limit: Optional[int] = None, progress: bool = False,
+def choose_chunk(configs: list[Config], *, make_group, limit: Optional[int] = None, progress: bool = False,
                  programs: Optional[dict] = None, announce=say, bar: Optional[Progress] = None) -> Optional[int]:
     """The most runs per program call for a sweep of ``configs``: for each discrete combination, the widest
     call whose planned memory (:class:`_Sizer`, :func:`fit_width`) fits :func:`memory_limit`; the
     smallest of these over the combinations, or ``None`` when every combination fits whole. Says in one
     line (``announce``) what it chose and why. ``programs`` receives the compiled programs (the sweep
-    runs those of the widths it uses)."""
+    runs those of the widths it uses). ``make_group``: the runs of one combination from ``(config, None)``
+    pairs, the sweep's :class:`.sweep._Group` (passed in: sweep.py imports this module, not the reverse)."""
     lim, source = memory_limit(limit)
     groups: dict[str, list[Config]] = {}
     for c in configs:
@@ -251,9 +252,8 @@ def choose_chunk(configs: list[Config], *, limit: Optional[int] = None, progress
     chosen: Optional[int] = None
     worst = None  # (width, runs, bytes at width, bytes of the whole combination, label)
     fits_all = []  # (bytes, runs) of the combinations that fit whole
-    from .sweep import _Group  # a sweep's runs of one combination: sweep.py runs them and imports this module
     for key, cfgs in groups.items():
-        group = _Group([(c, None) for c in cfgs])
+        group = make_group([(c, None) for c in cfgs])
         sizer = _Sizer(group, key, progress, programs, bar)
         try:
             width, seen = fit_width(sizer, len(cfgs), group.devices, lim, args_bytes=sizer.args_bytes)
