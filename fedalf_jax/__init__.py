@@ -8,7 +8,8 @@ The API (``import fedalf_jax as fj``; README "Python API", docs/extending.md):
 * Your own algorithm: ``fj.Algorithm`` (small pure functions; ``fj.ServerIn``, ``fj.HParams`` are what
   they receive) registered with ``fj.register_algorithm(name, factory)`` or named ``"module:attribute"``;
   your own model (``fj.register_model``, a flax module factory) and data (``fj.register_dataset``);
-  ``fj.Personal`` (a second local model, Ditto's) and ``fj.local_optimizer`` (momentum, Adam local steps).
+  ``fj.Personal`` (a second local model, Ditto's, APFL's), ``fj.local_optimizer`` (momentum, Adam local steps),
+  ``fj.Batch`` and ``fj.cross_entropy`` (what an ``Algorithm.local_loss`` sees and the default loss).
 * ``fj.client_splits(cfg)``: each client's train and test indices into the pooled examples.
 * The numerical core: ``fj.fair_direction``, ``fj.solve_simplex_qp``, ``fj.fairness_angle``, the privacy
   mechanisms ``fj.adaptive_ldp``, ``fj.ldp_fl``, ``fj.gaussian_dp``.
@@ -24,7 +25,8 @@ from .experiment.config import Config, ConfigError
 from .experiment.metrics import fairness_angle, summarize
 from .experiment.registry import ArrayData, register_algorithm, register_dataset, register_model
 from .sim import algorithms
-from .sim.algorithms import Algorithm, ClientFacts, HParams, Personal, ServerIn, local_optimizer
+from .sim.algorithms import (Algorithm, Batch, ClientFacts, HParams, Personal, ServerIn, cross_entropy,
+                             local_optimizer)
 from .sim.fairness import fair_direction, fair_weights, module_layers, tensor_layers
 from .sim.privacy import adaptive_ldp, gaussian_dp, ldp_fl
 from .sim.qp import solve_simplex_qp
@@ -33,7 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Config", "ConfigError", "run", "sweep", "load", "report", "Result", "SweepResult",
-    "Algorithm", "ServerIn", "HParams", "ClientFacts", "Personal", "local_optimizer", "client_splits", "algorithms", "register_algorithm", "register_model", "register_dataset",
+    "Algorithm", "ServerIn", "HParams", "ClientFacts", "Personal", "Batch", "cross_entropy", "local_optimizer", "client_splits", "algorithms", "register_algorithm", "register_model", "register_dataset",
     "ArrayData", "fair_direction", "fair_weights", "module_layers", "tensor_layers", "solve_simplex_qp",
     "fairness_angle", "summarize", "adaptive_ldp", "ldp_fl", "gaussian_dp",
 ]

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..notices import Notice
 from ..problem.data import load_dataset
-from ..problem.models import Model, make_model
+from ..problem.models import Model, make_model, split_outputs
 from ..problem.partitions import make_partition, pad_indices
 from ..sim import algorithms as A
 from ..sim.fairness import module_layers, tensor_layers
@@ -235,7 +235,8 @@ def build_model(cfg: Config, pool: Pool) -> Model:
         variables = jax.eval_shape(lambda k, x: module.init({"params": k, "dropout": k}, x,
                                                             **({"train": False} if train else {})),
                                    jax.random.PRNGKey(0), x)
-        logits = jax.eval_shape(lambda v, x: module.apply(v, x, **({"train": False} if train else {})), variables, x)
+        logits = jax.eval_shape(lambda v, x: split_outputs(module.apply(v, x, **({"train": False} if train else {})))[0],
+                                variables, x)
     except Exception as e:  # noqa: BLE001 - a module that cannot take these inputs: say which shapes
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"model {cfg.model!r} cannot take the data set's examples of shape {shape} (a batch "

@@ -595,6 +595,8 @@ class RunDir:
             n = sum(1 for k in f.files if k.startswith("arr_"))
             leaves = [f[f"arr_{i}"] for i in range(n)]
         want = jax.tree_util.tree_leaves(like)
+        if _without_seen(like, leaves, want):  # written before the round kept which clients were sampled
+            leaves = leaves + [self._seen_at(int(leaves[-2]), want[-1].shape[0], cfg)]
         if len(leaves) != treedef.num_leaves or [x.shape for x in leaves] != [tuple(x.shape) for x in want]:
             raise ConfigError(f"checkpoint {path} does not match this config's "
                               f"model/algorithm; resume with the run directory's own config.json")
@@ -605,6 +607,23 @@ class RunDir:
             raise ConfigError(f"checkpoint {path} holds other dtypes than this config (state_dtype?); resume "
                               f"with the run directory's own config.json")
         return jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(x) for x in leaves])
+
+
+    def _seen_at(self, rnd: int, num_clients: int, cfg: Optional[Config]) -> np.ndarray:
+        """``[N]`` bool: the clients the run's first ``rnd`` rounds sampled, replayed from its seed (the sampling
+        depends on nothing else), for a checkpoint of a ``personal_model`` algorithm written before the round
+        kept them (``RunState.clients["seen"]``)."""
+        from ..sim.round import participation_counts
+        cfg = cfg if cfg is not None else self.config()
+        return participation_counts(num_clients, cfg.clients_per_round, cfg.seed, rnd) > 0
+
+
+def _without_seen(like, leaves, want) -> bool:
+    """``leaves`` are ``like``'s (a run state) but for its last leaf, ``clients["seen"]``, the only thing the
+    round keeps per client for this algorithm (a checkpoint from before it was kept)."""
+    clients = getattr(like, "clients", None)
+    return (isinstance(clients, dict) and list(clients) == ["seen"] and len(leaves) == len(want) - 1
+            and [x.shape for x in leaves] == [tuple(x.shape) for x in want[:-1]])
 
 
 _META_CACHE: dict = {}

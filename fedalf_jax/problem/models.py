@@ -286,8 +286,13 @@ class Model:
         """
         return _jitted_init(self.module, self.input_shape, self.takes_train)(key)
 
-    def apply(self, variables: dict, x: jax.Array, *, train: bool = False, rng=None, forward_only: bool = False):
-        """Return ``(logits, new_state)``.
+    def apply(self, variables: dict, x: jax.Array, *, train: bool = False, rng=None, forward_only: bool = False,
+              features: bool = False):
+        """Return ``(logits, new_state)`` (``features``: ``((logits, features), new_state)``).
+
+        A module may return ``(logits, features)`` (or ``{"logits": ..., "features": ...}``): the features
+        (MOON's projection, a prototype's embedding) reach an algorithm's ``local_loss``; every other pass
+        uses the logits alone (:func:`split_outputs`). ``features`` is ``None`` for a module returning logits.
 
         ``forward_only``: the caller never differentiates this pass (and ``train`` is False), so
         :attr:`forward_module` may compute it (the same logits up to float rounding).
@@ -306,9 +311,12 @@ class Model:
             raise ModelError("forward_only=True is for evaluation-mode passes (train=False)")
         module = self.forward_module if forward_only and self.forward_module is not None else self.module
         if self.matmul_precision == "default":
-            return self._apply(module, variables, x, train=train, rng=rng)
-        with jax.default_matmul_precision(self.matmul_precision):
-            return self._apply(module, variables, x, train=train, rng=rng)
+            out, state = self._apply(module, variables, x, train=train, rng=rng)
+        else:
+            with jax.default_matmul_precision(self.matmul_precision):
+                out, state = self._apply(module, variables, x, train=train, rng=rng)
+        logits, feats = split_outputs(out)
+        return ((logits, feats) if features else logits), state
 
     def _apply(self, module: nn.Module, variables: dict, x: jax.Array, *, train: bool, rng):
         rngs = {}
@@ -326,6 +334,16 @@ class Model:
             variables, x, rngs=rngs, mutable=["batch_stats"], **kw
         )
         return logits, {"batch_stats": mutated["batch_stats"]}
+
+
+def split_outputs(out):
+    """``(logits, features)`` of what a module returned: ``(logits, features)``, a dict with ``"logits"`` (and
+    ``"features"``), or the logits alone (features ``None``)."""
+    if isinstance(out, dict) and "logits" in out:
+        return out["logits"], out.get("features")
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        return out[0], out[1]
+    return out, None
 
 
 @functools.lru_cache(maxsize=64)

@@ -93,6 +93,46 @@ class ServerIn(NamedTuple):
     num_clients: Any = None  # N, the federation's size (a Python int)
     n: Any = None       # [m] int32: the clients' absolute sample counts n_i
     aux: Any = None     # the clients' auxiliary uploads (upload's third element), leading axis m; or None
+    key: Any = None     # a PRNG key for the server's own randomness: fold_in(fold_in(run key, t), SERVER_KEY),
+                        # so it differs across seeds and rounds and is the same on resume
+
+
+SERVER_KEY = 0x5E12  # the constant folded into the round's key for ServerIn.key (central DP's noise uses 0x5EED)
+
+
+class Batch(NamedTuple):
+    """One local SGD step's minibatch, as ``Algorithm.local_loss``'s and ``Personal.local_loss``'s function
+    receives it: the step's examples, the model's outputs on them and a way to run the model at other params.
+
+    * ``logits`` / ``features``: the model at the params being trained, in training mode (dropout, batch
+      statistics) - the pass whose batch statistics the step keeps. ``features`` is what a model returning
+      ``(logits, features)`` returns beside its logits (MOON's projection), else ``None``. For
+      ``Personal.local_loss`` (whose params may be any pytree) both are ``None``: call ``apply``.
+    * ``apply(params) -> (logits, features)``: the model on this batch at other params (θ, a previous model,
+      a mixture), in evaluation mode (no dropout; the running batch statistics). Differentiable.
+    * ``step``: int32, this local step's index over the round's epochs (0, 1, ..., ``facts.steps`` − 1).
+    * ``w``: for ``Personal.local_loss``, the params of the global copy ``w`` at this step (its gradient
+      is stopped); ``None`` for ``Algorithm.local_loss``.
+    :func:`cross_entropy` is the round's default loss on a batch."""
+
+    x: Any
+    y: Any
+    mask: Any
+    logits: Any
+    features: Any
+    step: Any
+    apply: Callable
+    w: Any = None
+
+
+def cross_entropy(batch: Batch, logits=None):
+    """The mean cross-entropy over the batch's real examples (``mask``): the loss each local step
+    minimises by default; ``logits`` default ``batch.logits``."""
+    import optax
+    logits = batch.logits if logits is None else logits
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y)
+    w = batch.mask.astype(ce.dtype)
+    return jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
 class ClientFacts(NamedTuple):
@@ -148,13 +188,27 @@ class Algorithm:
     * ``local_start(theta, state, hp) -> params`` (optional): where the client's local training starts
       (default θ), e.g. a point derived from its state.
     * ``local_optimizer``: ``lr_t -> optax.GradientTransformation`` (:func:`local_optimizer` makes the
-      usual ones), with a fresh optimiser state every round; ``None``: plain SGD ``w − η_l g``.
+      usual ones), with a fresh optimiser state every round; ``None``: plain SGD ``w − η_l g``. It gets
+      ``hp=`` and ``facts=`` (and ``broadcast=``) when it has parameters of those names (FedRep's
+      head-then-body schedule from ``facts.steps`` and ``hp.own``).
     * ``personal``: a :class:`Personal`, a second local model ``v_i`` trained in the same round from
       ``personal.start`` on ``f_i(v) + personal.penalty(v)`` over the same minibatches and steps (and with
       the same optimiser) as ``w_i``; ``upload`` receives it as the keyword ``personal=`` and keeps it in the
       client's new state. ``v_i`` never leaves the client: only ``Δ_i`` is privatised and uploaded.
-    * ``personal_model(state) -> params`` (optional): the client's own model, read from its state; the
-      evaluation then also tests each client's own model on its test split (``personal_*`` in metrics.csv).
+    * ``personal_model(state[, theta]) -> params`` (optional): the client's own model, read from its state
+      (and, when it has a parameter ``theta``, the current global params θ_t: FedPer's "global body + own
+      head", APFL's mixture); the evaluation then also tests each client's own model on its test split
+      (``personal_*`` in metrics.csv). A client never sampled yet has no model of its own: it is evaluated
+      with the global model θ_t (with the global batch statistics).
+    * ``local_loss(theta, state, hp) -> ((params, batch: Batch) -> scalar)`` (optional): the loss each local
+      SGD step minimises instead of the cross-entropy (:func:`cross_entropy` gives that one back), from the
+      step's :class:`Batch` (its examples, the model's logits and features, the model at other params).
+      ``penalty`` is still added. MOON, distillation, prototypes, PropFair's ``−log(M − f)``.
+    * ``client_collections``: model collections besides ``params`` kept per client (``("batch_stats",)``:
+      FedBN): each client trains from its own copy (at first the model's initial one) and keeps what it
+      trained; its personal evaluation uses its own. The global model's copy is still averaged as before.
+    * ``local_optimizer`` and the functions above get ``hp=`` / ``broadcast=`` / ``facts=`` keywords as
+      their signatures ask (see ``client_kwargs``).
     * ``local_start``, ``personal.start`` and ``personal.penalty`` get ``broadcast=``/``facts=`` like ``penalty``.
     * ``hparams``: the algorithm's own numeric hyper-parameters, ``{name: default}`` (given as a dict,
       kept as a tuple of ``(name, default)`` pairs so the algorithm stays hashable): traced like ``lr``,
@@ -178,27 +232,43 @@ class Algorithm:
     local_start: Optional[Callable] = None  # (theta, state, hp) -> params where local training starts (θ)
     local_optimizer: Optional[Callable] = None  # lr_t -> optax.GradientTransformation, or None: w − η_l g
     personal: Optional["Personal"] = None  # a second local model v_i trained in the round (Ditto's)
-    personal_model: Optional[Callable] = None  # client state -> params: the client's own model to evaluate
+    personal_model: Optional[Callable] = None  # (client state[, theta]) -> params: the client's own model
+    local_loss: Optional[Callable] = None  # (theta, state, hp) -> ((params, Batch) -> scalar): each step's loss
+    client_collections: tuple = ()  # model collections kept per client, e.g. ("batch_stats",) (FedBN)
     hparams: Any = ()  # the algorithm's own hyper-parameters: {name: default float}, kept as ((name, default), ...)
 
     def __post_init__(self):
         object.__setattr__(self, "hparams", _own_hparams(self.name, self.hparams))
+        cols = (self.client_collections,) if isinstance(self.client_collections, str) else self.client_collections
+        object.__setattr__(self, "client_collections", tuple(cols))
+        bad = [c for c in self.client_collections if c not in CLIENT_COLLECTIONS]
+        if bad:
+            from ..errors import ConfigError as error  # as contract.error makes it; contract imports this module
+            raise error(f"algorithm {self.name!r}: client_collections {bad} are not model collections the round "
+                        f"keeps per client; use {CLIENT_COLLECTIONS}")
 
     @property
     def hparam_defaults(self) -> dict:
         """``{name: default}`` of :attr:`hparams`, in declaration order."""
         return dict(self.hparams)
 
-    def client_kwargs(self, fn, broadcast, facts) -> dict:
-        """The keywords ``fn`` (``penalty`` or ``upload``) takes beyond its positional arguments: ``broadcast``
-        (when the algorithm has one) and ``facts``, each only if ``fn`` has a parameter of that name, so a
-        function written for the old contract is called as before."""
+    def client_kwargs(self, fn, broadcast, facts, **more) -> dict:
+        """The keywords ``fn`` (``penalty``, ``upload``, ...) takes beyond its positional arguments: ``broadcast``
+        (when the algorithm has one), ``facts`` and any of ``more`` (e.g. ``hp=`` for ``local_optimizer``), each
+        only if ``fn`` has a parameter of that name, so a function written for the old contract is called as
+        before."""
         kw = {}
         if self.broadcast is not None and _takes(fn, "broadcast"):
             kw["broadcast"] = broadcast
         if _takes(fn, "facts"):
             kw["facts"] = facts
+        kw.update({k: v for k, v in more.items() if _takes(fn, k)})
         return kw
+
+    @property
+    def keeps_seen(self) -> bool:
+        """The round keeps which clients were ever sampled (``personal_model``'s rule for the others)."""
+        return self.personal_model is not None
 
     @property
     def has_client_state(self) -> bool:
@@ -207,6 +277,7 @@ class Algorithm:
 
 
 RESERVED_HPARAMS = HParams._fields  # an algorithm's own names may not shadow these
+CLIENT_COLLECTIONS = ("batch_stats",)  # the model collections an algorithm may keep per client
 
 
 def _own_hparams(name: str, given) -> tuple:
@@ -242,11 +313,18 @@ def _own_hparams(name: str, given) -> tuple:
 class Personal(NamedTuple):
     """A second local model ``v_i`` the client trains in the same round as ``w_i`` (Ditto's personal model):
     from ``start(theta, state, hp) -> params`` on ``f_i(v) + penalty(theta, state, hp)(v)`` (``penalty``
-    ``None``: ``f_i`` alone), over the same minibatches, steps, learning rate and optimiser as ``w_i``.
-    The result reaches ``upload`` as the keyword ``personal=``, which keeps it in the new client state."""
+    ``None``: ``f_i`` alone), step by step beside ``w_i`` over the same minibatches, with the same learning
+    rate and (its own copy of the) optimiser. The result reaches ``upload`` as the keyword ``personal=``,
+    which keeps it in the new client state.
 
-    start: Callable                      # (theta, state, hp) -> params
+    ``local_loss(theta, state, hp) -> ((p, batch: Batch) -> scalar)`` (optional) replaces ``f_i(v)``: then
+    ``start`` may return any pytree ``p`` (APFL's ``{"v": params, "alpha": scalar}``), and the function gets
+    ``batch.w``, the global copy's params at the same step, and ``batch.apply`` to run the model at any
+    params (APFL's loss at the mixture ``α v + (1 − α) w``, differentiated in ``v`` and ``α``)."""
+
+    start: Callable                      # (theta, state, hp) -> params (any pytree with local_loss)
     penalty: Optional[Callable] = None   # (theta, state, hp) -> (params -> scalar), or None
+    local_loss: Optional[Callable] = None  # (theta, state, hp) -> ((p, Batch) -> scalar), or None: f_i(v)
 
 
 LOCAL_OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam")

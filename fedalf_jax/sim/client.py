@@ -51,61 +51,115 @@ def masked_loss(model, params, stats, x, y, mask, *, train: bool, rng=None):
 
 
 def local_sgd(model, variables, x_pool, y_pool, idx, n, key, lr, *, epochs: int, batch_size: int,
-              penalty: Penalty = None, data_loss=None, optimizer=None):
+              penalty: Penalty = None, data_loss=None, optimizer=None, local_loss=None, personal=None):
     """Plain SGD on ``f_i(w) + penalty(w)`` from ``variables``; returns the trained variables.
 
     ``data_loss(params, stats, x, y, mask, rng) -> (loss, (new_stats, _))`` defaults to the model's
     masked cross-entropy (:func:`masked_loss`); tests swap in losses with closed-form minimisers.
+    ``local_loss``: ``(params, Batch) -> scalar`` replacing the data loss (``Algorithm.local_loss``;
+    :class:`~fedalf_jax.sim.algorithms.Batch` has the step's examples, the model's logits and features).
     ``optimizer``: an ``optax.GradientTransformation`` stepping instead of ``w − lr·g`` (its state
     initialised here; like the params it stays unchanged by a step with no real example); ``None``: plain SGD.
+    ``personal``: ``(v0, loss_v)`` a second model trained step by step beside ``w`` over the same minibatches
+    (``Algorithm.personal``), ``loss_v(v, w, stats, x, y, mask, rng, step) -> scalar`` (``w``'s gradient
+    stopped), with its own copy of the optimiser; then ``(variables, v)`` is returned.
     """
-    if data_loss is None:
-        data_loss = lambda p, s, xb, yb, mask, rng: masked_loss(model, p, s, xb, yb, mask,  # noqa: E731
-                                                                train=True, rng=rng)
-    length = idx.shape[0]
-    steps = steps_per_epoch(length, batch_size)
-    padded = steps * batch_size
+    w_loss = _w_objective(model, penalty, data_loss, local_loss)
+    parts = (variables["params"],) if personal is None else (variables["params"], personal[0])
 
-    def objective(params, stats, xb, yb, mask, rng):
-        loss, (new_stats, _) = data_loss(params, stats, xb, yb, mask, rng)
+    def objective(ps, stats, xb, yb, mask, rng, step):
+        loss, new_stats = w_loss(ps[0], stats, xb, yb, mask, rng, step)
+        if personal is not None:
+            loss = loss + personal[1](ps[1], jax.lax.stop_gradient(ps[0]), stats, xb, yb, mask, rng, step)
+        return loss, new_stats
+
+    ps, stats = sgd(parts, variables.get("batch_stats"), x_pool, y_pool, idx, n, key, lr, epochs=epochs,
+                    batch_size=batch_size, objective=objective, optimizer=optimizer)
+    out = _join(ps[0], stats)
+    return out if personal is None else (out, ps[1])
+
+
+def _w_objective(model, penalty, data_loss, local_loss):
+    """The global copy's loss of one step, ``(params, stats, x, y, mask, rng, step) -> (loss, new_stats)``:
+    the data loss (or ``local_loss`` on the step's :class:`Batch`) plus the penalty."""
+    if local_loss is not None:
+        from .algorithms import Batch
+
+        def data(params, stats, xb, yb, mask, rng, step):
+            (logits, feats), new_state = model.apply(_join(params, stats), xb, train=True, rng=rng, features=True)
+            new_stats = new_state.get("batch_stats", stats) if stats is not None else None
+            return local_loss(params, Batch(xb, yb, mask, logits, feats, step, model_at(model, stats, xb))), new_stats
+    else:
+        if data_loss is None:
+            data_loss = lambda p, s, xb, yb, mask, rng: masked_loss(model, p, s, xb, yb, mask,  # noqa: E731
+                                                                    train=True, rng=rng)
+
+        def data(params, stats, xb, yb, mask, rng, step):
+            loss, (new_stats, _) = data_loss(params, stats, xb, yb, mask, rng)
+            return loss, new_stats
+
+    def objective(params, stats, xb, yb, mask, rng, step):
+        loss, new_stats = data(params, stats, xb, yb, mask, rng, step)
         if penalty is not None:
             loss = loss + penalty(params)
         return loss, new_stats
+    return objective
 
+
+def model_at(model, stats, x):
+    """``params -> (logits, features)``: the model on the batch ``x`` at other params, in evaluation mode
+    (the running batch statistics ``stats``; no dropout): :attr:`Batch.apply`."""
+    return lambda params: model.apply(_join(params, stats), x, train=False, features=True)[0]
+
+
+def sgd(parts: tuple, stats, x_pool, y_pool, idx, n, key, lr, *, epochs: int, batch_size: int, objective,
+        optimizer=None):
+    """Masked minibatch SGD of a tuple of param pytrees ``parts`` (the global copy ``w``, and a personal
+    model beside it) on ``objective(parts, stats, x, y, mask, rng, step) -> (loss, new_stats)``, as one
+    ``lax.scan`` over epochs of ``lax.scan`` over steps; returns ``(parts, stats)``. Each part has its own
+    state of ``optimizer`` (an optax transformation; ``None``: ``p − lr·g``). ``step``: the step's index over
+    all epochs. A step with no real example changes nothing."""
+    length = idx.shape[0]
+    steps = steps_per_epoch(length, batch_size)
+    padded = steps * batch_size
     grad_fn = jax.grad(objective, has_aux=True)
 
-    def run_epoch(carry, ekey):
+    def run_epoch(carry, ek):
+        ekey, e = ek
         okey, dkey = jax.random.split(ekey)
         order = epoch_order(okey, n, length)
         order = jnp.concatenate([order, jnp.zeros(padded - length, order.dtype)])
 
         def step(carry, j):
-            params, stats, *opt = carry
+            ps, stats, *opt = carry
             pos = jax.lax.dynamic_slice(order, (j * batch_size,), (batch_size,))
             mask = (j * batch_size + jnp.arange(batch_size)) < n
             rows = idx[pos]
-            g, new_stats = grad_fn(params, stats, x_pool[rows], y_pool[rows], mask,
-                                   jax.random.fold_in(dkey, j))
+            g, new_stats = grad_fn(ps, stats, x_pool[rows], y_pool[rows], mask, jax.random.fold_in(dkey, j),
+                                   e * steps + j)
             live = jnp.any(mask)
             if optimizer is None:
-                params = jax.tree_util.tree_map(lambda p, gi: jnp.where(live, p - lr * gi, p), params, g)
+                ps = jax.tree_util.tree_map(lambda p, gi: jnp.where(live, p - lr * gi, p), ps, g)
             else:
-                updates, new_opt = optimizer.update(g, opt[0], params)
-                stepped = optax.apply_updates(params, updates)
-                params = jax.tree_util.tree_map(lambda p, q: jnp.where(live, q, p), params, stepped)
-                opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], new_opt)]
+                stepped, new_opt = [], []
+                for p, gi, o in zip(ps, g, opt[0]):
+                    updates, no = optimizer.update(gi, o, p)
+                    stepped.append(optax.apply_updates(p, updates))
+                    new_opt.append(no)
+                ps = jax.tree_util.tree_map(lambda p, q: jnp.where(live, q, p), ps, tuple(stepped))
+                opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], tuple(new_opt))]
             if stats is not None:
                 stats = jax.tree_util.tree_map(lambda s, ns: jnp.where(live, ns, s), stats, new_stats)
-            return (params, stats, *opt), None
+            return (ps, stats, *opt), None
 
         carry, _ = jax.lax.scan(step, carry, jnp.arange(steps))
         return carry, None
 
-    init = (variables["params"], variables.get("batch_stats"))
+    init = (tuple(parts), stats)
     if optimizer is not None:
-        init = init + (optimizer.init(variables["params"]),)
-    (params, stats, *_), _ = jax.lax.scan(run_epoch, init, jax.random.split(key, epochs))
-    return _join(params, stats)
+        init = init + (tuple(optimizer.init(p) for p in parts),)
+    (ps, stats, *_), _ = jax.lax.scan(run_epoch, init, (jax.random.split(key, epochs), jnp.arange(epochs)))
+    return ps, stats
 
 
 LOSS_CHUNK = 50  # examples per forward pass of :func:`full_loss` when the caller names no chunk
@@ -212,13 +266,17 @@ def _acc_loss(model, params, stats, x_pool, y_pool, ci, cn):
     return correct / jnp.maximum(cn, 1), loss
 
 
-def evaluate_own_models(model, stats, params_of, states, x_pool, y_pool, idx, n, *, batch_size: int = 10):
+def evaluate_own_models(model, stats, params_of, states, seen, x_pool, y_pool, idx, n, *, batch_size: int = 10,
+                        stats_of=None, own_stats=None):
     """Accuracy and mean loss of every client's own model on its own split: client ``i``'s params are
-    ``params_of(states[i])`` (``states``: a pytree with a leading axis of N; ``stats``: the batch statistics
-    every model uses, or None). Processed like :func:`evaluate_clients`, with the training passes' module
-    (``batch_size`` clients' own params side by side would make ``lax.conv`` grouped convolutions)."""
+    ``params_of(states[i], seen[i])`` (``states``: a pytree with a leading axis of N, ``()`` for none;
+    ``seen``: [N] bool; ``stats``: the batch statistics every model uses, or None; with ``stats_of``, client
+    ``i``'s are ``stats_of(own_stats[i], seen[i])``). Processed like :func:`evaluate_clients`, with the
+    training passes' module (``batch_size`` clients' own params side by side would make ``lax.conv`` grouped
+    convolutions)."""
     def one(args):
-        st, ci, cn = args
-        return _acc_loss(model, params_of(st), stats, x_pool, y_pool, ci, cn)
+        st, sn, ost, ci, cn = args
+        s = stats if stats_of is None else stats_of(ost, sn)
+        return _acc_loss(model, params_of(st, sn), s, x_pool, y_pool, ci, cn)
 
-    return jax.lax.map(one, (states, idx, n), batch_size=batch_size)
+    return jax.lax.map(one, (states, seen, own_stats if stats_of is not None else (), idx, n), batch_size=batch_size)

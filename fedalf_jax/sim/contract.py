@@ -22,6 +22,23 @@ def error(msg: str) -> Exception:
     return ConfigError(msg)
 
 
+def call(alg, name: str, fn, args: tuple, kw: dict, expected: str):
+    """``fn(*args, **kw)``, a function of the algorithm's contract (``name``: ``penalty``, ``upload``, ...),
+    after checking that its signature takes these arguments: a function that does not fit is one line naming
+    it, its signature and how the round calls it (``expected``), not a ``TypeError`` from inside the round."""
+    import inspect
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or a callable without a signature: called as it is
+        return fn(*args, **kw)
+    try:
+        sig.bind(*args, **kw)
+    except TypeError as e:
+        raise error(f"algorithm {alg.name!r}: {name}{sig} does not fit the contract: the round calls it as "
+                    f"{name}({expected}) ({e}); docs/extending.md") from None
+    return fn(*args, **kw)
+
+
 def _leaf(x) -> str:
     try:
         return f"{jnp.result_type(x)}{list(jnp.shape(x))}"
@@ -108,6 +125,13 @@ def check_params(alg, fn_name: str, got, theta, *, dtypes: bool = True):
     check_arrays(fn, "params", got)
     check_like(fn, "params", got, theta, expected="shaped like the params θ", dtypes=dtypes)
     return jax.tree_util.tree_map(lambda x, t: jnp.asarray(x).astype(jnp.result_type(t)), got, theta)
+
+
+def check_callable(alg, name: str, fn) -> None:
+    """What ``name`` (``local_loss``, ...) returned is ``None`` or a function."""
+    if fn is not None and not callable(fn):
+        raise error(f"algorithm {alg.name!r}: {name} returned {type(fn).__name__}; expected a function "
+                    f"(params, batch) -> scalar, or None")
 
 
 def check_penalty(alg, pen, theta, name: str = "penalty") -> None:

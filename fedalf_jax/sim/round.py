@@ -29,9 +29,9 @@ from jax.sharding import Mesh
 from . import tree as T
 from .tree import _HI
 from . import contract as C
-from .algorithms import SERVER_INFO, Algorithm, ClientFacts, HParams, ServerIn
+from .algorithms import SERVER_INFO, SERVER_KEY, Algorithm, Batch, ClientFacts, HParams, ServerIn
 from .batching import each_pair_in_turn
-from .client import full_loss, full_loss_and_grad, local_sgd
+from .client import full_loss, full_loss_and_grad, local_sgd, masked_loss, model_at
 
 
 class ClientData(NamedTuple):
@@ -51,6 +51,7 @@ class RunState(NamedTuple):
     sstate: Any     # server state (FedLF history rows), or ()
     round: Any      # int32 scalar: the next round's index
     key: Any        # the run key; round t uses fold_in(key, t)
+    clients: Any = ()  # what the round keeps per client for the algorithm beside its state (:func:`kept_per_client`)
 
 
 class ClientOut(NamedTuple):
@@ -106,11 +107,29 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     stored = T.cast(params, spec.state_dtype)  # per-client rows are stored in spec.state_dtype
     duals = client_states(spec.algorithm, stored, spec.num_clients, spec.state_dtype)
     C.check_state_init(spec.algorithm, "init_server_state",  # N is static (a Python int), as in the call below
-                       lambda p: spec.algorithm.init_server_state(p, spec.num_clients), stored)
+                       lambda p: C.call(spec.algorithm, "init_server_state", spec.algorithm.init_server_state,
+                                        (p, spec.num_clients), {}, "params, num_clients"), stored)
     # one buffer per leaf: a user's state that holds one array twice, e.g. (z, z), would otherwise make the
     # donated round refuse to "donate the same buffer twice" in a traceback from inside XLA
     sstate = jax.tree_util.tree_map(jnp.copy, spec.algorithm.init_server_state(stored, spec.num_clients))
-    return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key)
+    return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key,
+                    kept_per_client(spec.algorithm, variables, spec.num_clients))
+
+
+def kept_per_client(alg: Algorithm, variables, num_clients: int):
+    """What the round keeps per client beside the algorithm's state (``RunState.clients``): ``"seen"``
+    (``[N]`` bool, the clients sampled at least once: a ``personal_model`` evaluates the others with the
+    global model) and each of ``alg.client_collections`` (its initial value repeated over the N clients);
+    ``()`` when the algorithm asks for neither (the built-in ones), so their states are as before."""
+    out = {}
+    if alg.keeps_seen:
+        out["seen"] = jnp.zeros((num_clients,), bool)
+    for c in alg.client_collections:
+        if c not in variables:
+            raise C.error(f"algorithm {alg.name!r} keeps the model collection {c!r} per client, but the model has "
+                          f"none (its collections: {', '.join(variables)}); use a model with {c} or drop it")
+        out[c] = jax.tree_util.tree_map(lambda x: jnp.repeat(x[None], num_clients, axis=0), variables[c])
+    return out or ()
 
 
 def client_states(alg: Algorithm, params, num_clients: int, dtype):
@@ -118,7 +137,8 @@ def client_states(alg: Algorithm, params, num_clients: int, dtype):
     ``num_clients`` (its floating leaves stored in ``dtype``), or ``()`` without a per-client state."""
     if alg.init_client_state is None:
         return ()
-    C.check_state_init(alg, "init_client_state", alg.init_client_state, params)
+    C.check_state_init(alg, "init_client_state", lambda p: C.call(alg, "init_client_state", alg.init_client_state,
+                                                                  (p,), {}, "params"), params)
     one = T.cast(alg.init_client_state(params), dtype)
     return jax.tree_util.tree_map(lambda x: jnp.repeat(jnp.asarray(x)[None], num_clients, axis=0), one)
 
@@ -173,10 +193,15 @@ def local_steps(n, epochs: int, batch_size: int):
     return (epochs * ((n + batch_size - 1) // batch_size)).astype(jnp.int32)
 
 
-def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y, bcast=None) -> ClientOut:
+def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y, bcast=None,
+                own=None) -> ClientOut:
     """One client's whole contribution to round ``t`` (unbatched; the round vmaps it). ``bcast``: what the
-    algorithm's ``broadcast`` chose this round (shared by the clients)."""
+    algorithm's ``broadcast`` chose this round (shared by the clients). ``own``: the client's own copies of
+    the algorithm's ``client_collections`` (``{"batch_stats": ...}``), which it trains from instead of the
+    global model's."""
     alg = spec.algorithm
+    if own:
+        theta_vars = {**theta_vars, **own}
     theta = theta_vars["params"]
     stats0 = theta_vars.get("batch_stats")
     if not alg.local_train:
@@ -188,56 +213,90 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
                       forward_only=spec.client_map == "map") if alg.needs_loss else jnp.zeros(()))
     facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size))
     kw = alg.client_kwargs(alg.upload, bcast, facts)
-    if alg.broadcast is not None and "broadcast" not in kw and (
-            alg.penalty is None or "broadcast" not in alg.client_kwargs(alg.penalty, bcast, facts)):
-        raise C.error(f"algorithm {alg.name!r} has a broadcast, but neither its upload nor its penalty has a "
-                      f"parameter named broadcast to receive it; add one (docs/extending.md)")
-    penalty = (alg.penalty(theta, dual, hp, **alg.client_kwargs(alg.penalty, bcast, facts))
-               if alg.penalty is not None else None)
+    if alg.broadcast is not None and not any(
+            f is not None and "broadcast" in alg.client_kwargs(f, bcast, facts)
+            for f in (alg.upload, alg.penalty, alg.local_loss, alg.local_start, alg.local_optimizer)):
+        raise C.error(f"algorithm {alg.name!r} has a broadcast, but none of its client functions (upload, penalty, "
+                      f"local_loss, ...) has a parameter named broadcast to receive it; add one (docs/extending.md)")
+    penalty = client_fn(alg, "penalty", alg.penalty, theta, dual, hp, bcast, facts)
     C.check_penalty(alg, penalty, theta)
-    opt = alg.local_optimizer(lr_t) if alg.local_optimizer is not None else None
+    local_loss = client_fn(alg, "local_loss", alg.local_loss, theta, dual, hp, bcast, facts)
+    C.check_callable(alg, "local_loss", local_loss)
+    opt = None
+    if alg.local_optimizer is not None:
+        opt = C.call(alg, "local_optimizer", alg.local_optimizer, (lr_t,),
+                     alg.client_kwargs(alg.local_optimizer, bcast, facts, hp=hp), "lr_t[, hp=, facts=, broadcast=]")
     start_vars = theta_vars
     if alg.local_start is not None:  # local training from a point the algorithm derives (default θ)
-        start = alg.local_start(theta, dual, hp, **alg.client_kwargs(alg.local_start, bcast, facts))
+        start = client_fn(alg, "local_start", alg.local_start, theta, dual, hp, bcast, facts)
         start_vars = {**theta_vars, "params": C.check_params(alg, "local_start", start, theta)}
-    w_vars = local_sgd(spec.model, start_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
-                       batch_size=spec.batch_size, penalty=penalty, optimizer=opt)
+    personal = (personal_task(spec, theta_vars, dual, hp, bcast, facts) if alg.personal is not None else None)
+    out = local_sgd(spec.model, start_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
+                    batch_size=spec.batch_size, penalty=penalty, optimizer=opt, local_loss=local_loss,
+                    personal=personal)
+    if alg.personal is not None:  # the second local model v_i, trained beside w_i over the same minibatches
+        w_vars, kw["personal"] = out
+    else:
+        w_vars = out
     w = w_vars["params"]
-    if alg.personal is not None:  # the second local model v_i: same key, so the same minibatches and steps
-        kw["personal"] = personal_step(spec, theta_vars, dual, idx, n, k_train, hp, lr_t, opt, x, y, bcast, facts)
+    expected = "theta, w, w_tilde, state, hp, lr_t[, broadcast=, facts=, personal=]"
     noise_var = jnp.zeros((), jnp.float32)
     if alg.needs_noise_var and (spec.ldp != "none" or spec.dp != "none"):
         w_tilde, var = privatise(spec, k_priv, theta, w, hp, with_variance=True)
-        up = lambda wt: C.unpack_upload(alg, alg.upload(theta, w, wt, dual, hp, lr_t, **kw), theta, dual)  # noqa: E731
+        up = lambda wt: C.unpack_upload(  # noqa: E731
+            alg, C.call(alg, "upload", alg.upload, (theta, w, wt, dual, hp, lr_t), kw, expected), theta, dual)
         delta, new_dual, aux = up(w_tilde)
         noise_var = upload_noise(up, w_tilde, var)
     else:
+        w_tilde = privatise(spec, k_priv, theta, w, hp)
         delta, new_dual, aux = C.unpack_upload(
-            alg, alg.upload(theta, w, privatise(spec, k_priv, theta, w, hp), dual, hp, lr_t, **kw), theta, dual)
+            alg, C.call(alg, "upload", alg.upload, (theta, w, w_tilde, dual, hp, lr_t), kw, expected), theta, dual)
     if spec.dp == "central":  # DP-FedAvg's client: its upload clipped to norm C (the server adds the noise)
         from .privacy import clip_global_norm
         delta = clip_global_norm(delta, hp.clip)
     return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, aux)
 
 
-def personal_step(spec: RoundSpec, theta_vars, state, idx, n, key, hp: HParams, lr_t, opt, x, y, bcast, facts):
-    """The client's second local model ``v_i`` (``Algorithm.personal``): local training from
-    ``personal.start`` on ``f_i(v) + personal.penalty(v)``, drawing its minibatches from the same ``key`` as
-    ``w_i``'s training (the same batches, steps, learning rate and optimiser). Its batch statistics are not
-    kept (the global model's serve its evaluation). ``v_i`` stays on the client: ``upload`` only stores it."""
+def client_fn(alg: Algorithm, name: str, fn, theta, state, hp: HParams, bcast, facts):
+    """``fn(theta, state, hp[, broadcast=, facts=])`` (``penalty``, ``local_loss``, ``local_start``,
+    ``personal.start``, ...) with its signature checked; ``None`` when the algorithm has no ``fn``."""
+    if fn is None:
+        return None
+    return C.call(alg, name, fn, (theta, state, hp), alg.client_kwargs(fn, bcast, facts),
+                  "theta, state, hp[, broadcast=, facts=]")
+
+
+def personal_task(spec: RoundSpec, theta_vars, state, hp: HParams, bcast, facts):
+    """``(v0, loss_v)``: the client's second local model (``Algorithm.personal``) for :func:`local_sgd`, which
+    trains it step by step beside ``w_i`` over the same minibatches, with the same learning rate and its own
+    copy of the optimiser: from ``personal.start`` on ``f_i(v) + personal.penalty(v)``, or on
+    ``personal.local_loss`` (which may train any pytree, and sees ``w`` at the same step as ``batch.w``).
+    Its batch statistics are not kept (the global model's serve its evaluation). ``v_i`` stays on the
+    client: ``upload`` only stores it."""
     alg = spec.algorithm
     theta = theta_vars["params"]
     p = alg.personal
     if not _takes_personal(alg.upload):
         raise C.error(f"algorithm {alg.name!r} has a personal model, but its upload has no parameter named personal "
                       f"to receive (and keep) it; add one (docs/extending.md)")
-    v0 = C.check_params(alg, "personal.start", p.start(theta, state, hp, **alg.client_kwargs(p.start, bcast, facts)),
-                        theta)
-    pen = p.penalty(theta, state, hp, **alg.client_kwargs(p.penalty, bcast, facts)) if p.penalty is not None else None
-    C.check_penalty(alg, pen, theta, "personal.penalty")
-    v_vars = local_sgd(spec.model, {**theta_vars, "params": v0}, x, y, idx, n, key, lr_t, epochs=spec.epochs,
-                       batch_size=spec.batch_size, penalty=pen, optimizer=opt)
-    return v_vars["params"]
+    v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)
+    if p.local_loss is None:
+        v0 = C.check_params(alg, "personal.start", v0, theta)
+    else:
+        C.check_arrays(f"algorithm {alg.name!r}: personal.start", "the personal params", v0)
+    pen = client_fn(alg, "personal.penalty", p.penalty, theta, state, hp, bcast, facts)
+    C.check_penalty(alg, pen, v0 if p.local_loss is not None else theta, "personal.penalty")
+    ploss = client_fn(alg, "personal.local_loss", p.local_loss, theta, state, hp, bcast, facts)
+    C.check_callable(alg, "personal.local_loss", ploss)
+    model = spec.model
+
+    def loss_v(v, w, stats, xb, yb, mask, rng, step):
+        if ploss is None:
+            loss, _ = masked_loss(model, v, stats, xb, yb, mask, train=True, rng=rng)
+        else:
+            loss = ploss(v, Batch(xb, yb, mask, None, None, step, model_at(model, stats, xb), w))
+        return loss if pen is None else loss + pen(v)
+    return v0, loss_v
 
 
 def _takes_personal(fn) -> bool:
@@ -328,8 +387,9 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
         weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0], jnp.float32)
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
                     hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var,
-                    spec.num_clients, n_sel, outs.aux)
-    new_theta, sstate, info = C.unpack_server(alg, alg.server(s_in), s_in)
+                    spec.num_clients, n_sel, outs.aux, server_key(state))
+    new_theta, sstate, info = C.unpack_server(alg, C.call(alg, "server", alg.server, (s_in,), {}, "s: fj.ServerIn"),
+                                              s_in)
     own = own_metrics(alg, info, outs.aux)
     info = {k: jnp.asarray(info.get(k, 0.0), jnp.float32) for k in SERVER_INFO}  # a user's server may give {}
     if spec.dp == "central":
@@ -338,10 +398,23 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
     if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg
         variables["batch_stats"] = T.weighted_sum(outs.stats, weights)
     duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals
+    kept = state.clients
+    if kept:  # the clients sampled so far, and their own copies of the client_collections
+        kept = dict(kept)
+        if "seen" in kept:
+            kept["seen"] = kept["seen"].at[sel].set(True)
+        for c in alg.client_collections:
+            kept[c] = T.put(kept[c], sel, outs.stats)
     model_c, layer_c = conflicts(spec, outs.delta, T.sub(theta, new_theta))
     metrics = {"model_conflicts": model_c, "layer_conflicts": layer_c,
                "client_loss": jnp.mean(outs.loss) if alg.needs_loss else jnp.full((), jnp.nan), **info, **own}
-    return RunState(variables, duals, sstate, t + 1, state.key), metrics
+    return RunState(variables, duals, sstate, t + 1, state.key, kept), metrics
+
+
+def server_key(state: RunState):
+    """``ServerIn.key``: round ``t``'s key folded with a constant of its own (the clients' and the central
+    noise's keys come from the same round key folded otherwise), so it differs across seeds and rounds."""
+    return jax.random.fold_in(jax.random.fold_in(state.key, state.round), SERVER_KEY)
 
 
 def own_metrics(alg: Algorithm, info: dict, aux) -> dict:
@@ -366,10 +439,12 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     duals = (T.take_as(state.duals, sel, client_state_like(alg, state.variables["params"]))
              if alg.has_client_state else ())
     idx, n = data.train_idx[sel], data.train_n[sel]
+    own = {c: T.take(state.clients[c], sel) for c in alg.client_collections}  # each client's own collections
 
     def one(pc, sh):
         variables, hp_, t, x, y, bcast = sh
-        return client_step(spec, variables, *pc, hp_, t, x, y, bcast)
+        dual, idx_, n_, key, own_ = pc
+        return client_step(spec, variables, dual, idx_, n_, key, hp_, t, x, y, bcast, own_)
 
     def local(per_client, shared):
         if spec.client_map == "map":
@@ -379,8 +454,9 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     if spec.client_map == "map":
         local = each_pair_in_turn(local, one)
 
-    bcast = alg.broadcast(state.sstate) if alg.broadcast is not None else None  # once, shared by the clients
-    per_client, shared = (duals, idx, n, ckeys), (state.variables, hp, state.round, data.x, data.y, bcast)
+    bcast = (C.call(alg, "broadcast", alg.broadcast, (state.sstate,), {}, "server_state")  # once, shared
+             if alg.broadcast is not None else None)
+    per_client, shared = (duals, idx, n, ckeys, own), (state.variables, hp, state.round, data.x, data.y, bcast)
     if spec.client_devices > 1:
         # Inside a shard_map over the mesh axis "clients" (the run loop wraps the whole chunk in one):
         # every device holds the whole (replicated) state, runs its m/D clients, and all-gathers the

@@ -35,34 +35,53 @@ class ChunkOut(NamedTuple):
     eval: EvalOut    # after the chunk's last round
 
 
-def evaluate(spec: RoundSpec, variables, data: ClientData, states=()) -> EvalOut:
+def evaluate(spec: RoundSpec, variables, data: ClientData, states=(), kept=()) -> EvalOut:
     """Accuracy and loss of ``variables`` on every client's test split. Under ``vmap`` over runs it is
     mapped as the round's clients are (:func:`_eval`). With ``Algorithm.personal_model``, also each
-    client's own model, read from its state in ``states`` (the run state's per-client states)."""
+    client's own model, read from its state in ``states`` (the run state's per-client states) and ``kept``
+    (``RunState.clients``: which clients were sampled, their own collections)."""
     acc, loss = _eval(spec)(variables, data.x, data.y, data.test_idx, data.test_n)
     if spec.algorithm.personal_model is None:
         return EvalOut(acc, loss)
-    return EvalOut(acc, loss, *_eval_personal(spec)(variables, states, data.x, data.y, data.test_idx, data.test_n))
+    return EvalOut(acc, loss, *_eval_personal(spec)(variables, states, kept, data.x, data.y, data.test_idx,
+                                                    data.test_n))
 
 
 def _eval_personal(spec: RoundSpec):
-    """Every client's own model ``personal_model(state_i)`` on its test split, mapped like :func:`_eval`. The
-    state is stored in ``--state-dtype``: it is read back in its compute dtype, and the model cast to θ's
-    dtypes. Batch statistics (a BatchNorm model) are the global model's."""
+    """Every client's own model ``personal_model(state_i[, theta=θ])`` on its test split, mapped like
+    :func:`_eval`; a client never sampled (``kept["seen"]``) is evaluated with the global model θ. The state
+    is stored in ``--state-dtype``: it is read back in its compute dtype, and the model cast to θ's dtypes.
+    Batch statistics (a BatchNorm model) are the client's own with ``client_collections=("batch_stats",)``
+    (the global model's for a client never sampled), else the global model's."""
     alg = spec.algorithm
-    if not alg.has_client_state:
-        raise C.error(f"algorithm {alg.name!r} has a personal_model but no client state to read it from; give it "
-                      f"init_client_state (docs/extending.md)")
+    takes_theta = _takes(alg.personal_model, "theta")
 
-    def f(variables, states, x, y, idx, n):
+    def f(variables, states, kept, x, y, idx, n):
         theta = variables["params"]
-        like = client_state_like(alg, theta)
+        like = client_state_like(alg, theta) if alg.has_client_state else ()
+        stats = variables.get("batch_stats")
+        own = "batch_stats" in alg.client_collections
 
-        def params_of(st):
+        def params_of(st, seen):
             st = jax.tree_util.tree_map(lambda s, l: s.astype(l.dtype), st, like)
-            return C.check_params(alg, "personal_model", alg.personal_model(st), theta, dtypes=False)
-        return evaluate_own_models(spec.model, variables.get("batch_stats"), params_of, states, x, y, idx, n)
+            args = (st, theta) if takes_theta else (st,)
+            mine = C.check_params(alg, "personal_model", C.call(alg, "personal_model", alg.personal_model, args, {},
+                                                                "state[, theta]"), theta, dtypes=False)
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), mine, theta)
+
+        def stats_of(own_stats, seen):
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), own_stats, stats)
+
+        seen = kept["seen"]
+        own_stats = kept["batch_stats"] if own else None
+        return evaluate_own_models(spec.model, stats, params_of, states, seen, x, y, idx, n,
+                                   stats_of=stats_of if own else None, own_stats=own_stats)
     return _over_runs(spec, f)
+
+
+def _takes(fn, name: str) -> bool:
+    from .algorithms import _takes as takes
+    return takes(fn, name)
 
 
 def _eval(spec: RoundSpec):
@@ -100,6 +119,6 @@ def make_chunk(spec: RoundSpec, length: int):
             state, rounds = run_rounds(spec, state, hp, data, length)
         else:
             rounds = {k: jnp.zeros((0,), jnp.float32) for k in METRIC_KEYS}
-        return state, ChunkOut(rounds, evaluate(spec, state.variables, data, state.duals))
+        return state, ChunkOut(rounds, evaluate(spec, state.variables, data, state.duals, state.clients))
 
     return chunk
