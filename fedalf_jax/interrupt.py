@@ -1,10 +1,13 @@
 """Stopping a run without losing it: Ctrl-C (SIGINT), SIGTERM (``kill``, ``timeout``, a scheduler's
 pre-emption or time limit), SIGHUP (the terminal closed) and SIGUSR1 (Slurm's ``--signal=USR1@T``).
 
-The first signal lets the chunk of rounds in flight finish; the run loop then writes the metrics and a
-checkpoint of that round and raises :class:`Interrupted`, which carries the signal (the command line
-exits with 128 + its number: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP, 138 for SIGUSR1). A
-second signal leaves at once (the files on disk stay consistent, being written atomically).
+The first signal lets the round in flight finish (the run loop dispatches one round per program call);
+the loop then evaluates that round, writes its metrics and a checkpoint and raises :class:`Interrupted`,
+which carries the signal (the command line exits with 128 + its number: 130 for Ctrl-C, 143 for SIGTERM,
+129 for SIGHUP, 138 for SIGUSR1). While data loads or programs compile, nothing is waited for: the work is
+left to its daemon thread (:meth:`_Interrupt.abandon`) and the command leaves at its end with
+``os._exit`` (no interpreter teardown under a running XLA compile). A second signal leaves at once (the
+files on disk stay consistent, being written atomically).
 
 This module imports nothing heavy: the ``fedalf`` command installs its handlers before JAX loads
 (``fedalf_jax/__init__.py``), so a signal in its first second is kept, not raised inside one of JAX's
@@ -42,6 +45,7 @@ class Interrupted(KeyboardInterrupt):
         self.signum = int(signal.SIGINT if signum is None else signum)
         super().__init__(f"interrupted by {signal_name(self.signum)} at round {round}")
         self.round, self.dirs, self.saved = round, dirs, saved  # saved: a checkpoint of ``round`` was written
+        self.kept = True  # False: no round had finished and the run's files were removed (run it again as it was)
 
     @property
     def exit_status(self) -> int:
@@ -71,7 +75,8 @@ class _Interrupt:
         self.requested = False
         self.signum: Optional[int] = None
         self.hard_exit = False
-        self.until: Optional[int] = None  # the round the computation in flight ends at
+        self.until: Optional[int] = None  # the round in flight
+        self.abandoned: Optional[threading.Thread] = None  # work left running after a signal (abandon)
         self.running = False  # the command's main() is running (outside a loop a signal raises there)
         self._cli = False  # handlers installed for the whole command
         self._depth = 0
@@ -107,9 +112,12 @@ class _Interrupt:
             yield self
         finally:
             self.running, self.hard_exit = False, hard
+            if self.abandoned is not None and self.abandoned.is_alive():
+                self._leave_now()  # what the command printed is its last word; its status is the signal's
             if mine:
                 self._restore()
                 self._cli, self.requested, self.signum, self.until = False, False, None, None
+                self.abandoned = None
 
     @contextlib.contextmanager
     def active(self):
@@ -138,12 +146,12 @@ class _Interrupt:
                 print(f"\nfedalf: {name}: stopping before the command starts ({name} again to leave now)",
                       file=sys.stderr, flush=True)
                 return
-            if self.until is None:  # no rounds in flight yet
-                print(f"\nfedalf: {name}: stopping before the next rounds start ({name} again to leave now)",
+            if self.until is None:  # no round in flight (loading, compiling): the loop leaves without waiting
+                print(f"\nfedalf: {name}: stopping before the next round starts ({name} again to leave now)",
                       file=sys.stderr, flush=True)
                 return
-            print(f"\nfedalf: {name}: finishing the rounds in flight (up to round {self.until}), then saving the metrics "
-                  f"and a checkpoint ({name} again to leave now, losing the rounds since the last checkpoint)",
+            print(f"\nfedalf: {name}: finishing round {self.until} (in flight), then saving its metrics and a "
+                  f"checkpoint ({name} again to leave now, losing the rounds since the last checkpoint)",
                   file=sys.stderr, flush=True)
             return
         again = f"{name} again" if signum == self.signum else name
@@ -157,5 +165,50 @@ class _Interrupt:
     def exit_status(self) -> int:
         return 128 + (signal.SIGINT if self.signum is None else self.signum)
 
+    def abandon(self, worker: threading.Thread) -> None:
+        """``worker`` (a daemon thread loading data or compiling) is left running after a signal: the
+        command leaves with ``os._exit`` at its end instead of tearing the interpreter down under it."""
+        self.abandoned = worker
+
+    def _leave_now(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(self.exit_status)
+
 
 INTERRUPT = _Interrupt()
+
+
+class Abandoned(Exception):
+    """A signal arrived while :func:`interruptible` waited for work it may leave unfinished (loading,
+    compiling): the work goes on in its daemon thread, unwaited for (:meth:`_Interrupt.abandon`)."""
+
+
+def interruptible(fn, *args, abandon: bool = False, on_signal=None):
+    """``fn(*args)`` on a worker thread while this thread waits in short slices, so that a signal is seen
+    at once even while XLA compiles or runs a round. ``abandon``: on a signal, raise :class:`Abandoned`
+    now instead of waiting (work that computes nothing to keep: loading, compiling). ``on_signal()``:
+    called once when a signal is first seen while waiting (the bar says what the loop waits for)."""
+    box: dict = {}
+
+    def work():
+        try:
+            box["out"] = fn(*args)
+        except BaseException as e:  # re-raised in the caller
+            box["err"] = e
+
+    t = threading.Thread(target=work, daemon=True, name="fedalf-work")
+    t.start()
+    told = False
+    while t.is_alive():
+        t.join(0.05)
+        if INTERRUPT.requested and t.is_alive():
+            if abandon:
+                INTERRUPT.abandon(t)
+                raise Abandoned
+            if on_signal is not None and not told:
+                told = True
+                on_signal()
+    if "err" in box:
+        raise box["err"]
+    return box["out"]

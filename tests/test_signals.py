@@ -15,6 +15,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedalf_jax.cli import main
@@ -77,7 +78,7 @@ def test_sigterm_saves_the_last_round_exits_143_and_the_printed_command_resumes(
     assert proc.returncode == 143, err
     last = _rounds(a)[-1]
     assert last >= 3 and RunDir(a).checkpoint_round() == last, err  # every finished round is kept
-    assert "fedalf: SIGTERM: finishing the rounds in flight" in err, err
+    assert "fedalf: SIGTERM: finishing round " in err, err
     hint = _hint(err)
     assert f"interrupted by SIGTERM after round {last}: the metrics and a checkpoint of round {last} are saved" in err
     assert hint == ".venv/bin/fedalf run --resume --out a", err  # as invoked, not a bare `fedalf`
@@ -194,3 +195,154 @@ def test_pythonwarnings_ignore_in_the_environment_still_shows_the_notice(tmp_pat
     assert res.returncode == 0, res.stderr
     assert "fedalf: warning: " in res.stderr and "damaged checkpoint" in res.stderr, res.stderr
     assert _rounds(a) == [0, 1, 2, 3, 4, 5]
+
+
+# ---- issue 36, items 3 and 4: a signal is answered after the round in flight, not after the chunk ----------
+
+class _Stderr:
+    """A subprocess's stderr read as it comes (the progress bar writes ``\\r``, not lines), on a thread."""
+
+    def __init__(self, proc):
+        import threading
+        self.text = ""
+        self._t = threading.Thread(target=self._read, args=(proc.stderr,), daemon=True)
+        self._t.start()
+
+    def _read(self, f):
+        while True:
+            b = os.read(f.fileno(), 4096)
+            if not b:
+                return
+            self.text += b.decode(errors="replace")
+
+    def done(self) -> str:
+        self._t.join(30)
+        return self.text
+
+
+def _bar_rounds(text: str, total: int) -> int:
+    """The most rounds the bar has counted (``| 12/20000``), 0 before it moves."""
+    import re
+    return max([int(n) for n in re.findall(rf"\| *(\d+)/{total} ", text)] or [0])
+
+
+def _start(cmd, cwd):
+    return subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _columns(folder: Path) -> dict:
+    m = RunDir(folder).metrics()
+    return {k: v for k, v in m.items() if k != "seconds_per_round"}
+
+
+PER_ROUND = ("model_conflicts", "layer_conflicts", "client_loss")  # means over the rounds since the last row
+
+
+def test_sigterm_mid_chunk_stops_after_the_round_in_flight_and_a_resume_evaluates_as_before(tmp_path, compile_cache):
+    # One chunk of 20000 rounds (today's loop answered after it: minutes); the signal once the bar has
+    # counted a few rounds of it.
+    total = 20000
+    opts = [*TINY[:-1], "--checkpoint-every", "1h"]  # progress on: the test reads the bar
+    a = tmp_path / "a"
+    proc = _start([sys.executable, "-m", "fedalf_jax.cli", "run", *opts, "--rounds", str(total), "--eval-every",
+                   str(total), "--out", str(a)], REPO)
+    err = _Stderr(proc)
+    _wait_for(lambda: _bar_rounds(err.text, total) >= 3, proc, timeout=240)
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    proc.wait(timeout=120)
+    took, text = time.monotonic() - sent, err.done()
+    assert proc.returncode == 143, text
+    cut = _rounds(a)[-1]
+    assert _rounds(a) == [0, cut] and 3 <= cut < total, text  # the chunk cut short: round 0 and the cut round
+    assert RunDir(a).checkpoint_round() == cut, text  # every round computed is kept
+    assert "(stopping after round " in text and "finishing round " in text, text
+    assert f"interrupted by SIGTERM after round {cut}: the metrics and a checkpoint of round {cut} are saved" in text
+    assert took < 60, took  # the round in flight (milliseconds here) and the cut round's evaluation
+    # Resumed with another cadence (not part of a run's identity): it evaluates at its usual rounds again
+    # (multiples of 5 after the cut) and ends where the uninterrupted run ends, bit for bit.
+    end = (cut // 5 + 2) * 5
+    again = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", "--resume", "--out", str(a), "--rounds",
+                            str(end), "--eval-every", "5", "--no-progress"], cwd=REPO, env=_env(), capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    b = tmp_path / "b"
+    assert main(["run", *opts, "--rounds", str(end), "--eval-every", "5", "--no-progress", "--out", str(b)]) == 0
+    after = [r for r in _rounds(b) if r > cut]
+    assert _rounds(a) == [0, cut, *after] and after[-1] == end
+    ma, mb = _columns(a), _columns(b)
+    ia = [_rounds(a).index(r) for r in after]
+    ib = [_rounds(b).index(r) for r in after]
+    for k in mb:
+        same = ma[k][ia] if k not in PER_ROUND else ma[k][ia][1:]  # the first row after the cut: its means
+        want = mb[k][ib] if k not in PER_ROUND else mb[k][ib][1:]  # cover the rounds since the cut only
+        np.testing.assert_array_equal(same, want, err_msg=k)
+    np.testing.assert_array_equal(ma["mean_acc"][:1], mb["mean_acc"][:1])  # round 0
+    ca, cb = np.load(a / "checkpoint.npz"), np.load(b / "checkpoint.npz")
+    for k in cb.files:
+        np.testing.assert_array_equal(ca[k], cb[k], err_msg=k)
+
+
+def test_sigterm_while_compiling_exits_at_once_and_leaves_nothing_that_blocks_the_same_command(tmp_path):
+    a = tmp_path / "a"
+    cmd = [sys.executable, "-m", "fedalf_jax.cli", "run", *TINY[:-1], "--rounds", "30", "--eval-every", "30",
+           "--no-compile-cache", "--out", str(a)]  # no cache: the compile takes its time
+    proc = _start(cmd, REPO)
+    err = _Stderr(proc)
+    _wait_for(lambda: "(compiling)" in err.text, proc, timeout=240)
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    proc.wait(timeout=120)
+    took, text = time.monotonic() - sent, err.done()
+    assert proc.returncode == 143, text
+    assert took < 10, (took, text)  # not the rest of the compile and the 30 rounds
+    assert ("interrupted by SIGTERM after round 0: no round had finished and none of its files are left: the same "
+            "command starts it again") in text, text
+    assert not a.exists(), list(a.iterdir())  # nothing written is left, the folder included
+    again = subprocess.run(cmd[:-3] + ["--rounds", "2", "--eval-every", "1", "--out", str(a), "--no-progress"],
+                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert _rounds(a) == [0, 1, 2]
+
+
+def test_a_folder_whose_run_never_finished_a_round_is_taken_by_the_same_command(tmp_path, capsys, compile_cache):
+    # What a SIGKILL (or a second signal) while compiling leaves: config.json, clients.json, metrics.csv's header.
+    a = tmp_path / "a"
+    a.mkdir()
+    header = "round,mean_acc\n"
+    for name, text in (("config.json", "{}"), ("clients.json", "{}"), ("metrics.csv", header)):
+        (a / name).write_text(text)
+    assert main(["run", *TINY, "--out", str(a)]) == 0
+    err = capsys.readouterr().err
+    assert "holds the files of a run that never finished a round (killed before it): replacing them" in err, err
+    assert _rounds(a) == [0, 1, 2]
+    # A row computed is never replaced without --overwrite, even with no checkpoint.
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "config.json").write_text("{}")
+    (b / "metrics.csv").write_text(header + "0,0.5\n")
+    assert main(["run", *TINY, "--out", str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run (stopped before its first checkpoint)" in err, err
+    assert (b / "metrics.csv").read_text() == header + "0,0.5\n"
+
+
+def test_a_sweep_stops_after_the_round_in_flight_too(tmp_path, compile_cache):
+    total = 20000
+    sw = tmp_path / "sw"
+    cmd = [sys.executable, "-m", "fedalf_jax.cli", "sweep", *TINY[:-1], "--rounds", str(total), "--eval-every",
+           str(total), "--seeds", "0", "1", "--out", str(sw)]  # the bar on: the test reads it
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = _Stderr(proc)
+    deadline = time.time() + 240
+    while _bar_rounds(err.text, 2 * total) < 6 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    text = err.done()
+    assert proc.returncode == 143, text
+    cuts = {RunDir(sw / f"fedavg_seed{s}").metrics()["round"][-1] for s in (0, 1)}
+    assert len(cuts) == 1 and 3 <= (cut := int(cuts.pop())) < total, text  # the two runs cut at one round
+    for s in (0, 1):
+        rd = RunDir(sw / f"fedavg_seed{s}")
+        assert list(rd.metrics()["round"]) == [0, cut] and rd.checkpoint_round() == cut

@@ -106,8 +106,9 @@ def _hits(log: str, name: str) -> int:
 
 
 def test_first_run_writes_every_program_to_the_cache(two_runs):
-    # both chunk programs (evaluation only; 2 rounds and the evaluation), the train loss, the small ones
-    assert sum(n.startswith("jit_chunk-") for n in two_runs["entries"]) == 2, two_runs["entries"]
+    # the round, the evaluation (the chunk of no rounds), the train loss, the small ones
+    assert sum(n.startswith("jit_chunk-") for n in two_runs["entries"]) == 1, two_runs["entries"]
+    assert sum(n.startswith("jit_round-") for n in two_runs["entries"]) == 1, two_runs["entries"]
     assert "Not writing persistent cache entry" not in two_runs["first"], two_runs["first"][-3000:]
 
 
@@ -115,7 +116,7 @@ def test_second_run_loads_its_programs_from_the_cache(two_runs):
     second = two_runs["second"]
     if "Machine type used for XLA:CPU compilation doesn't match" in second:
         pytest.skip("XLA:CPU rejects the entries it wrote on this CPU (jax-ml/jax#38445): every run compiles")
-    assert _hits(second, "jit_chunk") == 2, second[-3000:]
+    assert _hits(second, "jit_chunk") == 1 and _hits(second, "jit_round") == 1, second[-3000:]
     assert "PERSISTENT COMPILATION CACHE MISS" not in second  # nothing compiled again
     assert sorted(p.name for p in two_runs["cache"].iterdir()) == two_runs["entries"]  # nothing new written
     a, b = (RunDir(two_runs["tmp"] / d).metrics() for d in "ab")  # the loaded programs compute the same numbers
@@ -155,8 +156,8 @@ def test_an_entry_cut_short_is_compiled_again_never_trusted(tmp_path):
 
 def test_progress_says_compiling_evaluating_and_which_rounds(two_runs):
     err = two_runs["second"]
-    for said in ("fedalf run (evaluating round 0)", "fedalf run (compiling)", "fedalf run (rounds 1–2)",
-                 "fedalf run (rounds 3–4)", "4/4"):
+    for said in ("fedalf run (loading data)", "fedalf run (compiling)", "fedalf run (evaluating round 0)",
+                 "fedalf run (evaluating round 2)", "fedalf run (evaluating round 4)", "4/4"):
         assert said in err, (said, err[-2000:])
 
 
@@ -177,3 +178,20 @@ def test_stage_clock_keeps_moving_without_calls(capsys):
     err = capsys.readouterr().err
     assert "fedalf run (compiling) 0s" in err and "fedalf run (compiling) 2s" in err, err[-1000:]
     assert "0/10 [00:02<" in err  # tqdm's elapsed clock moved too
+
+
+def test_the_first_rate_counts_rounds_only_not_the_loading_and_the_compile(capsys):
+    bar = Progress(100, desc="fedalf run", refresh_s=10)
+    with bar.stage("compiling"):
+        time.sleep(1.5)
+    bar.start_rounds()
+    for r in range(1, 4):
+        bar.begin_call(1, r, r)
+        time.sleep(0.15)
+        bar.end_call(1)
+    rate = bar._bar.format_dict["rate"]
+    bar.stopping(4)
+    bar.close()
+    assert rate is not None and rate > 4, rate  # 1 / 0.15 s ≈ 6.7 rounds/s; with the compile counted ≈ 1.5
+    assert "fedalf run (stopping after round 4)" in capsys.readouterr().err
+

@@ -1,21 +1,27 @@
-"""The run loop: compiled chunks of rounds with their evaluation, run directories, checkpoints.
+"""The run loop: compiled rounds and evaluations, run directories, checkpoints, signals.
 
-One loop serves ``fedalf run`` (one run) and ``fedalf sweep`` (``jax.vmap`` of the same chunk over a
-leading run axis). Python touches the device once per chunk of ``eval_every`` rounds: the chunk
-(:func:`fedalf_jax.sim.train.make_chunk`) scans the rounds and evaluates every client inside one
-program. Round ``t`` draws its randomness from ``fold_in(run_key, t)``, so a run is reproducible from
-its ``config.json`` and resumable from any checkpoint with identical metrics. Checkpoints are written
-by a background thread, so they never hold up the rounds.
+One loop serves ``fedalf run`` (one run) and ``fedalf sweep`` (``jax.vmap`` or ``lax.map`` of the same
+programs over a leading run axis). Each round is one program call (a ``lax.scan`` of one round,
+:func:`fedalf_jax.sim.round.run_rounds`), dispatched when the previous one has finished; every
+``eval_every`` rounds the evaluation-only program (:func:`fedalf_jax.sim.train.make_chunk` of length 0)
+evaluates every client. Round ``t`` draws its randomness from ``fold_in(run_key, t)``, so a run is
+reproducible from its ``config.json`` and resumable from any checkpoint with identical metrics. Checkpoints
+are written by a background thread, so they never hold up the rounds. (A round per call costs nothing
+measurable against a scan of ``eval_every`` rounds, and computes the same bits:
+``experiments/round_dispatch.py``.)
 
-Nothing computed is lost silently: Ctrl-C (SIGINT), SIGTERM, SIGHUP or SIGUSR1 lets the chunk in flight
-finish, then writes the metrics and a checkpoint of that round and raises :class:`Interrupted` carrying
-the signal (a second signal leaves at once: everything on disk stays consistent, being written
-atomically; :mod:`fedalf_jax.interrupt`); the first write that fails
-(a full disk, a folder made read-only) stops the run with :class:`RunStopped`, naming what is kept.
+Nothing computed is lost silently: Ctrl-C (SIGINT), SIGTERM, SIGHUP or SIGUSR1 lets the round in flight
+finish, evaluates it, writes the metrics and a checkpoint of that round and raises :class:`Interrupted`
+carrying the signal; while the data loads or the programs compile it raises at once, leaving the work to
+its daemon thread (a second signal leaves at once: everything on disk stays consistent, being written
+atomically; :mod:`fedalf_jax.interrupt`). A run that finished no round leaves none of its files
+(:func:`run`). The first write that fails (a full disk, a folder made read-only) stops the run with
+:class:`RunStopped`, naming what is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import queue
@@ -31,7 +37,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..interrupt import INTERRUPT, Interrupted  # noqa: F401 - Interrupted: raised here, imported from here
-from ..sim.round import RunState, device_mesh, init_state
+from ..interrupt import Abandoned as _Abandoned, interruptible as _interruptible
+from ..sim.round import RunState, device_mesh, init_state, run_rounds
 from ..sim.train import make_chunk, train_losses
 from . import accounting
 from . import metrics as M
@@ -119,10 +126,23 @@ class Program:
         """The chunk of ``length`` rounds (0: evaluation only) with its test evaluation.
 
         It calls nothing back (no progress tick per round), so the persistent compilation cache keeps
-        it (:mod:`.cache`): the progress bar moves after each call and says meanwhile which rounds run.
+        it (:mod:`.cache`). The run loop calls ``length`` 0 (the evaluation) and :meth:`compiled_round`.
         """
         make = lambda: self._jit(make_chunk(self.spec, length), (0, 0, self.data_axes), donate=True)  # noqa: E731
         return self._compile(("chunk", length), make, (state, hp, data))
+
+    def compiled_round(self, state, hp, data):
+        """One round (a ``lax.scan`` of 1: its metrics have a leading round axis of 1), no evaluation. The
+        loop dispatches rounds one at a time, so that a signal is answered after the round in flight."""
+        make = lambda: self._jit(lambda s, h, d: run_rounds(self.spec, s, h, d, 1),  # noqa: E731
+                                 (0, 0, self.data_axes), donate=True)
+        return self._compile(("round",), make, (state, hp, data))
+
+    def loop_programs(self, state, hp, data) -> list:
+        """Every program the run loop calls, compiled (the arguments may be shapes alone): one round, the
+        evaluation, the train loss."""
+        return [self.compiled_round(state, hp, data), self.compiled(0, state, hp, data),
+                self.compiled_train_loss(state, hp, data)]
 
     def compiled_train_loss(self, state, hp, data):
         """The train-loss program (compiled on first use; the arguments may be shapes alone)."""
@@ -187,24 +207,11 @@ class RunStopped(ConfigError):
     """A write failed: the loop stopped at once (``message`` says what was kept and how to resume)."""
 
 
-def _interruptible(fn, *args):
-    """``fn(*args)`` on a worker thread while this thread waits in short slices, so that Ctrl-C is seen
-    at once even while XLA compiles or runs a chunk."""
-    box: dict = {}
-
-    def work():
-        try:
-            box["out"] = fn(*args)
-        except BaseException as e:  # re-raised in the caller
-            box["err"] = e
-
-    t = threading.Thread(target=work, daemon=True, name="fedalf-chunk")
-    t.start()
-    while t.is_alive():
-        t.join(0.1)
-    if "err" in box:
-        raise box["err"]
-    return box["out"]
+def abandonable(what: str, progress, fn, *args):
+    """``fn(*args)`` under the stage ``what`` of ``progress``, left to finish alone on a signal
+    (:class:`_Abandoned`): for loading and compiling, which compute nothing a run keeps."""
+    with stage(progress, what):
+        return _interruptible(fn, *args, abandon=True)
 
 
 class Checkpointer:
@@ -311,15 +318,20 @@ def _copy_slot(tree, dst: int, src: int):
 def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, start: int,
           progress: Optional[Progress] = None, on_row=None) -> None:
     """Run every slot's rounds from ``start`` to its config's ``rounds`` (all slots share the static
-    options). ``slots[i] is None`` marks a padding slot of a batch (its results are dropped). A run
-    whose test loss stops being finite is marked diverged; in a batch its slot then recomputes a
-    live run (results dropped) so that no NaN loop slows the others. ``on_row(slot, row)`` is called
-    after each evaluation."""
+    options), one program call per round, evaluating every ``eval_every`` rounds. ``slots[i] is None``
+    marks a padding slot of a batch (its results are dropped). A run whose test loss stops being finite
+    is marked diverged; in a batch its slot then recomputes a live run (results dropped) so that no NaN
+    loop slows the others. ``on_row(slot, row)`` is called after each evaluation.
+
+    A signal (:mod:`fedalf_jax.interrupt`) while the programs compile raises :class:`Interrupted` at once
+    (the compile left to its daemon thread, nothing written); later, the round in flight finishes and the
+    chunk is cut there: that round is evaluated (without the train loss, unless due), recorded and
+    checkpointed. A resume from it evaluates at the usual rounds again (round ``t``'s randomness is
+    ``fold_in(key, t)``: every round computes the same whatever the rounds around it)."""
     batched = program.batched
     cfg = next(s for s in slots if s is not None).cfg
-    width = len(slots)
     schedule = Schedule(cfg, start)
-    ckpt = Checkpointer()
+    dirs = [s.rundir.path for s in slots if s is not None and s.rundir is not None]
 
     def record(t, out, tl, sec):
         for i, slot in enumerate(slots):
@@ -335,72 +347,94 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 on_row(slot, row)
 
     def row0(state, variables0):
-        """Round 0's row, evaluated after the first chunk so that the first round shows up sooner (its
-        train loss is a pass over every training sample: most of the start-up's time on a CPU). The
-        chunks donate the state, so the initial variables were kept as a copy (and the initial client
+        """Round 0's row, evaluated after the first evaluation's so that the first rounds show up sooner
+        (its train loss is a pass over every training sample: most of the start-up's time on a CPU). The
+        programs donate the state, so the initial variables were kept as a copy (and the initial client
         states, for an algorithm that evaluates each client's own model from them); the evaluation-only
         program returns the rest of the state as it was given."""
         variables0, duals0 = variables0
 
         def work():
             at0 = state._replace(variables=variables0)
-            at0 = at0 if duals0 is None else at0._replace(duals=duals0)
+            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])
             st, out = program(at0, hp, data, 0)
             tl = program.train_loss(st, hp, data)
             st = st._replace(variables=state.variables)
-            return (st if duals0 is None else st._replace(duals=state.duals)), to_host(out), to_host(tl)
+            return (st if duals0 is None else st._replace(duals=state.duals, clients=state.clients)), to_host(out), \
+                to_host(tl)
         with stage(progress, "evaluating round 0"):
             st, out, tl = _interruptible(work)
         record(0, out, tl, math.nan)
         return st
 
-    def chunk(state, length, want_tl):
-        fn = program.compiled(length, state, hp, data)
-        t0 = time.perf_counter()
-        state, out = fn(state, hp, data)
-        out = to_host(out)
-        sec = (time.perf_counter() - t0) / length
-        return state, out, sec, (to_host(program.train_loss(state, hp, data)) if want_tl else None)
+    def one_round(state):
+        state, metrics = program.compiled_round(state, hp, data)(state, hp, data)
+        return jax.block_until_ready(state), to_host(metrics)
+
+    def evaluate(state):
+        state, out = program.compiled(0, state, hp, data)(state, hp, data)
+        return state, to_host(out.eval)
+
+    def stopping():
+        if progress is not None:
+            progress.stopping(INTERRUPT.until)
 
     sizes = _param_sizes(state.variables, batched)  # the tensors a mechanism perturbs: privacy_spent
-    state, hp, data = program.place(state, hp, data)
+    ckpt = Checkpointer()
     t = start
-    # The initial variables, evaluated as round 0 once the first chunk has run (``row0``).
-    personal = program.spec.algorithm.personal_model is not None  # round 0 also evaluates the initial states
-    variables0 = (jax.tree_util.tree_map(jnp.copy, (state.variables, state.duals if personal else None))
-                  if start == 0 else None)
     try:
         with INTERRUPT.active():
+            try:  # nothing computed yet: a signal leaves now, the compile left to its thread
+                state, hp, data = _interruptible(program.place, state, hp, data, abandon=True)
+                _interruptible(program.loop_programs, state, hp, data, abandon=True)
+            except _Abandoned:
+                raise Interrupted(t, dirs, saved=False, signum=INTERRUPT.signum) from None
+            # The initial variables, evaluated as round 0 after the first evaluation (``row0``).
+            personal = program.spec.algorithm.personal_model is not None  # round 0 also evaluates the initial states
+            variables0 = (jax.tree_util.tree_map(jnp.copy, (state.variables, (state.duals, state.clients) if personal else None))
+                          if start == 0 else None)
+            if progress is not None:
+                progress.start_rounds()  # the rate (and ETA) counts rounds from here: not the compile
+            pending, t0 = [], time.perf_counter()  # the rounds' metrics since the last evaluation
             while t < cfg.rounds and any(s is not None and s.live for s in slots) and not INTERRUPT.requested:
-                length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)
-                t_next = t + length
-                want_tl = t_next % cfg.train_loss_every == 0 or t_next == cfg.rounds
                 live = sum(1 for s in slots if s is not None and s.live)
                 if progress is not None:
-                    progress.begin_call(live, t + 1, t_next)
-                INTERRUPT.until = t_next
-                state, out, sec, tl = _interruptible(chunk, state, length, want_tl)
+                    progress.begin_call(live, t + 1, t + 1)
+                INTERRUPT.until = t + 1
+                state, metrics = _interruptible(one_round, state, on_signal=stopping)
+                pending.append(metrics)
+                t += 1
                 if progress is not None:
-                    progress.end_call(length)
+                    progress.end_call(1)
+                if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):
+                    continue
+                if INTERRUPT.requested:
+                    stopping()  # the signal came between two rounds
+                with stage(progress, f"evaluating round {t}"):
+                    state, ev = _interruptible(evaluate, state)
+                    sec = (time.perf_counter() - t0) / len(pending)
+                    want_tl = t % cfg.train_loss_every == 0 or t == cfg.rounds
+                    tl = _interruptible(lambda s: to_host(program.train_loss(s, hp, data)), state) if want_tl else None
+                rounds = {k: np.concatenate([m[k] for m in pending], axis=-1) for k in pending[0]}
                 if variables0 is not None:
                     state, variables0 = row0(state, variables0), None
-                t = t_next
-                record(t, out, tl, sec)
+                record(t, (rounds, ev), tl, sec)
                 state = _retire_diverged(slots, state, hp, data, batched, progress, t)
                 ckpt.check()  # a checkpoint that failed stops the run now, not at its end
                 if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:
                     ckpt.wait()  # the previous one written (or its failure raised) before the next is queued
                     _checkpoint(ckpt, slots, state, batched)
                     schedule.done(t)
-            if variables0 is not None and not (INTERRUPT.requested and t < cfg.rounds):  # no chunk ran: zero rounds
+                pending, t0 = [], time.perf_counter()
+            if variables0 is not None and not (INTERRUPT.requested and t < cfg.rounds):  # no round ran: zero rounds
                 state, variables0 = row0(state, variables0), None  # (a signal before the first: nothing to evaluate)
-            ckpt.wait()
+            with stage(progress, "saving the checkpoint") if INTERRUPT.requested else contextlib.nullcontext():
+                ckpt.wait()
             for i, slot in enumerate(slots):
                 if slot is not None:
                     slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
             if INTERRUPT.requested and t < cfg.rounds:
-                raise Interrupted(t, [s.rundir.path for s in slots if s is not None and s.rundir is not None],
-                                  saved=t > start, signum=INTERRUPT.signum)
+                raise Interrupted(t, dirs, saved=t > start, signum=INTERRUPT.signum)
     except WriteError as e:
         raise RunStopped(_stopped_message(e, slots, t)) from None
     finally:
@@ -547,7 +581,8 @@ def run(cfg: Config, *, progress: bool = True, resume: bool = False, overwrite: 
     writes it. Raises ``FloatingPointError`` if the model diverges (after writing ``summary.json``),
     :class:`Interrupted` after a Ctrl-C (once the metrics and a checkpoint are saved) and
     :class:`RunStopped` when a write fails. ``announce``: say where the run goes once its data loaded.
-    A folder this call created is removed again if the run fails before writing anything into it.
+    A run that fails or is stopped before its first round finished leaves none of its files (and the
+    folder is removed again if this call created it), so the same command starts it again.
     ``full``: return the run's :class:`Slot` (its rows and its final model, ``variables``; ``None`` when
     nothing was left to run) instead of the rows.
     """
@@ -559,10 +594,16 @@ def run(cfg: Config, *, progress: bool = True, resume: bool = False, overwrite: 
         return slot if full else slot.rows
     created = [p for p in (rd.path, *rd.path.parents) if not p.exists()]  # the folders this call makes
     with rd.claim(resume=resume, overwrite=overwrite), INTERRUPT.active():
+        had = rd.holds_run()  # a --resume of a folder with files (else claim left none)
         try:
             slot = _run(cfg, rd, writer, progress=progress, resume=resume, announce=announce)
             return slot if full else slot.rows
-        except BaseException:
+        except BaseException as e:
+            if not had and not rd.started():  # no round finished: nothing of this call's run is left behind
+                with contextlib.suppress(WriteError):  # (the error in flight is the one to report)
+                    rd.remove_run_files()
+                if isinstance(e, Interrupted):
+                    e.kept = False
             if created:
                 rd.remove_if_unused(upto=created[-1])
             raise
@@ -597,46 +638,72 @@ def _rebuild_summary(cfg: Config, rd: RunDir, state, writer: bool) -> Slot:
 
 def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, resume: bool,
          announce: bool = False) -> Slot:
-    exp = build(cfg)
-    if announce and rd is not None and writer:
-        say(f"writing the run to {rd.path}")
-    state = init_state(exp.spec, cfg.seed)
-    start = 0
-    slot = Slot(cfg, rd if writer else None)
-    if rd is not None:
-        found = rd.usable_checkpoint(cfg) if resume else None
-        if found is not None:
-            state = rd.load_checkpoint(state, round=found[0])  # found: checked against cfg's identity
-            start = int(state.round)
-            if start > cfg.rounds:
-                raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
-            if start == cfg.rounds and rd.status() == "done":
-                return Slot(cfg, rd, rows=rows_of(rd), status="done")  # nothing left to run
-            if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
-                return _rebuild_summary(cfg, rd, state, writer)
-        elif resume and writer:
-            say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
-        if writer:
-            slot.writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv first
-                                      extra=extra_columns(exp.spec.algorithm))
-            rd.clear_summary()
-            rd.write_config(cfg)
-            rd.write_clients(exp.source, exp.partition.summary(exp.labels))
-    bar = Progress(cfg.rounds, initial=start, enabled=progress and writer, desc="fedalf run")
-    prog = Program(exp.spec, progress=bar)
-
-    def show(slot, row):
-        try:
-            eps = accounting.epsilon_spent(cfg, int(row["round"]))
-        except Exception:  # noqa: BLE001 - the progress line never stops a run (summary.json says why)
-            eps = None
-        bar.postfix(acc=f"{row['mean_acc']:.4f}", angle=f"{row['angle_deg']:.2f}°",
-                    s_round=f"{row['seconds_per_round']:.3f}", **({} if eps is None else {"eps": f"{eps:.3g}"}))
-
+    """The run: its bar from the start, so that loading the data and a checkpoint show with their clocks;
+    a signal while they load stops it at once (nothing computed is lost: :class:`Interrupted`)."""
+    bar = Progress(cfg.rounds, enabled=progress and writer, desc="fedalf run")
+    kept = False  # the bar's line stays once rounds ran (else it is erased: the command's last line says why)
     try:
-        train(prog, [slot], state, exp.hp, exp.data, start=start, progress=bar, on_row=show)
+        try:
+            exp, state = abandonable("loading data", bar, _prepare, cfg)
+        except _Abandoned:
+            raise Interrupted(0, [rd.path] if rd is not None else [], saved=False, signum=INTERRUPT.signum) from None
+        if announce and rd is not None and writer:
+            bar.write(f"fedalf: writing the run to {rd.path}")
+        start = 0
+        slot = Slot(cfg, rd if writer else None)
+        if rd is not None:
+            found = None
+            if resume:
+                try:
+                    found = abandonable("loading checkpoint", bar, _load, cfg, rd, state)
+                except _Abandoned:
+                    raise Interrupted(0, [rd.path], saved=False, signum=INTERRUPT.signum) from None
+            if found is not None:
+                state = found  # checked against cfg's identity
+                start = int(state.round)
+                if start > cfg.rounds:
+                    raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
+                if start == cfg.rounds and rd.status() == "done":
+                    return Slot(cfg, rd, rows=rows_of(rd), status="done")  # nothing left to run
+                if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
+                    return _rebuild_summary(cfg, rd, state, writer)
+            elif resume and writer:
+                bar.write(f"fedalf: nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
+            if writer:
+                slot.writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv first
+                                          extra=extra_columns(exp.spec.algorithm))
+                rd.clear_summary()
+                rd.write_config(cfg)
+                rd.write_clients(exp.source, exp.partition.summary(exp.labels))
+        bar.set_initial(start)
+        prog = Program(exp.spec, progress=bar)
+
+        def show(slot, row):
+            try:
+                eps = accounting.epsilon_spent(cfg, int(row["round"]))
+            except Exception:  # noqa: BLE001 - the progress line never stops a run (summary.json says why)
+                eps = None
+            bar.postfix(acc=f"{row['mean_acc']:.4f}", angle=f"{row['angle_deg']:.2f}°",
+                        s_round=f"{row['seconds_per_round']:.3f}", **({} if eps is None else {"eps": f"{eps:.3g}"}))
+
+        try:
+            train(prog, [slot], state, exp.hp, exp.data, start=start, progress=bar, on_row=show)
+        finally:
+            kept = bool(slot.rows)
     finally:
-        bar.close()
+        bar.close(failed=not kept)
     if slot.status == "diverged":
         raise FloatingPointError(slot.message)
     return slot
+
+
+def _prepare(cfg: Config):
+    """The experiment of ``cfg`` (its data on the device) and its initial state."""
+    exp = build(cfg)
+    return exp, init_state(exp.spec, cfg.seed)
+
+
+def _load(cfg: Config, rd: RunDir, state):
+    """The state of ``rd``'s usable checkpoint (``state``: its shapes), or ``None`` when it has none."""
+    found = rd.usable_checkpoint(cfg)
+    return None if found is None else rd.load_checkpoint(state, round=found[0])

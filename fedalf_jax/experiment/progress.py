@@ -1,11 +1,12 @@
 """The progress bar of ``fedalf run`` and ``fedalf sweep``: one bar of rounds, moved after every
-program call (a chunk of ``eval_every`` rounds), that says what the command is doing meanwhile.
+program call (one round), that says what the command is doing meanwhile.
 
-While a stage runs (compiling a program, the round-0 evaluation, a call's rounds) the bar's
-description names it with its own clock (``fedalf run (compiling) 12s``), and a ticker thread
+While a stage runs (loading data or a checkpoint, compiling a program, an evaluation, a round) the
+bar's description names it with its own clock (``fedalf run (compiling) 12s``), and a ticker thread
 redraws the bar so that both clocks keep moving. The compiled programs call nothing back (no
-``jax.debug.callback`` after each round): JAX never writes a program with a host callback to the
-persistent compilation cache (:mod:`.cache`), so the bar counts rounds once per call.
+``jax.debug.callback``): JAX never writes a program with a host callback to the persistent compilation
+cache (:mod:`.cache`); the loop calls one program per round instead. The rate and ETA count from the
+first round (:meth:`Progress.start_rounds`), not from the start of loading and compiling.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Progress:
         self._base = initial
         self._live, self._call = 1, (0, 0)
         self._stages: list[list] = []  # [text, since]: the top one is shown
+        self._note = ""  # said before the stage from a signal on ("stopping after round 12")
         self._stop = threading.Event()
         self._ticker: Optional[threading.Thread] = None
 
@@ -68,17 +70,17 @@ class Progress:
         """Say "compiling" while XLA compiles a program (``on``), or stop saying it."""
         (self._push if on else self._pop)("compiling")
 
-    def _push(self, text: str) -> None:
+    def _push(self, text: str, redraw: bool = True) -> None:
         if self._bar is None:
             return
         with self._lock:
             self._stages.append([text, time.monotonic()])
-            self._show()
+            self._show(redraw)
             if self._ticker is None:
                 self._ticker = threading.Thread(target=self._tick, name="fedalf-progress", daemon=True)
                 self._ticker.start()
 
-    def _pop(self, text: str) -> None:
+    def _pop(self, text: str, redraw: bool = True) -> None:
         if self._bar is None:
             return
         with self._lock:
@@ -88,16 +90,19 @@ class Progress:
                     break
             if self._stages:
                 self._stages[-1][1] = time.monotonic()
-            self._show()
+            self._show(redraw)
 
-    def _show(self) -> None:
-        """Redraw with the current stage (the lock held)."""
+    def _show(self, redraw: bool = True) -> None:
+        """Set the description to the current stage and redraw (``redraw``; else the next redraw shows
+        it: a round's stage is not worth a line of a log file of its own). The lock is held."""
+        note = f"{self._note}: " if self._note else ""
         if self._stages:
             text, since = self._stages[-1]
-            self._bar.set_description(f"{self._desc} ({text}) {_clock(time.monotonic() - since)}", refresh=False)
+            self._bar.set_description(f"{self._desc} ({note}{text}) {_clock(time.monotonic() - since)}", refresh=False)
         else:
-            self._bar.set_description(self._desc, refresh=False)
-        self._bar.refresh()
+            self._bar.set_description(f"{self._desc} ({self._note})" if self._note else self._desc, refresh=False)
+        if redraw:
+            self._bar.refresh()
 
     def _tick(self) -> None:
         while not self._stop.wait(self._refresh_s):
@@ -105,16 +110,42 @@ class Progress:
                 if self._stages and not self._stop.is_set():
                     self._show()
 
+    def stopping(self, round: Optional[int]) -> None:
+        """A signal arrived: say ``stopping after round N`` (before the stage) until the bar closes."""
+        if self._bar is None or round is None:
+            return
+        with self._lock:
+            self._note = f"stopping after round {round}"
+            self._show()
+
     # -- counting rounds
+
+    def set_initial(self, n: int) -> None:
+        """The rounds already done when the bar was made before they were known (a resume's checkpoint)."""
+        if self._bar is None:
+            return
+        with self._lock:
+            self._base = n
+            self._bar.initial = self._bar.n = self._bar.last_print_n = n
+            self._bar.refresh()
+
+    def start_rounds(self) -> None:
+        """The rounds begin now: the rate (and the ETA) count from here, not from the loading and the
+        compile before (tqdm measures its first rate from its last redraw by an update)."""
+        if self._bar is None:
+            return
+        with self._lock:
+            self._bar.last_print_t = self._bar._time()
+            self._bar.last_print_n = self._bar.n
 
     def begin_call(self, live: int, first: int, last: int) -> None:
         """A program call of rounds ``first``..``last`` for each of its ``live`` runs begins."""
         self._live, self._call = live, (first, last)
-        self._push(self._rounds(first, last))
+        self._push(self._rounds(first, last), redraw=False)
 
     def end_call(self, rounds_done: int) -> None:
         """The call finished ``rounds_done`` rounds for each of its live runs."""
-        self._pop(self._rounds(*self._call))
+        self._pop(self._rounds(*self._call), redraw=False)
         with self._lock:
             self._base += rounds_done * self._live
             if self._bar is not None and self._base != self._bar.n:

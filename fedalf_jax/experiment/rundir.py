@@ -283,6 +283,20 @@ class RunDir:
         """Whether a run has written here (any of its files)."""
         return any((self.path / n).exists() for n in RUN_FILES)
 
+    def started(self) -> bool:
+        """Whether the run here finished a round: a checkpoint file (usable or not), a summary, or a row in
+        ``metrics.csv``. A run stopped or killed before (its ``config.json``, ``clients.json``, the header
+        of ``metrics.csv``, TensorBoard's empty event files) holds nothing computed."""
+        if self.checkpoint_files() or (self.path / SUMMARY).exists():
+            return True
+        try:
+            lines = (self.path / METRICS).read_bytes().splitlines()
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # unreadable: never taken for empty
+        return sum(1 for line in lines if line.strip()) > 1
+
     def claim(self, *, resume: bool, overwrite: bool) -> DirLock:
         """Make the directory ready for a run and lock it: a folder that holds a sweep is refused; one
         that holds a run is refused unless ``resume`` (continue it) or ``overwrite`` (its run files are
@@ -296,7 +310,10 @@ class RunDir:
                 raise ConfigError(f"{self.path} holds a sweep (sweep.json); a run needs a folder of its own: "
                                   f"choose another --out")
             if not resume and self.holds_run():
-                if not overwrite:
+                if not overwrite and not self.started():  # killed before its first round: nothing to keep
+                    print(f"fedalf: {self.path} holds the files of a run that never finished a round (killed before "
+                          f"it): replacing them", file=sys.stderr, flush=True)
+                elif not overwrite:
                     raise ConfigError(f"{self.path} already holds a run ({self.describe()}); continue it with "
                                       f"--resume, replace it with --overwrite, or choose another --out")
                 self.remove_run_files()
@@ -314,7 +331,9 @@ class RunDir:
         if s is not None:
             return f"{s.get('status', 'done')} at round {s.get('round', '?')}"
         rounds = self.checkpoint_rounds()
-        return f"stopped at round {max(rounds)}" if rounds else "not started"
+        if rounds:
+            return f"stopped at round {max(rounds)}"
+        return "stopped before its first checkpoint" if self.started() else "not started"
 
     def remove_if_unused(self, upto: Optional[Path] = None) -> None:
         """Remove the directory if it holds nothing but this module's lock (a run that failed at once),

@@ -371,8 +371,10 @@ class _Group:
                     for i in part:  # each run's folder is this process's while its call runs
                         self.members[i][1].create()
                         held.enter_context(self.members[i][1].lock())
-                    inputs = self.inputs(slots_idx)  # checkpoints checked before anything is written
-                    slots = [self._slot(i) for i in part] + [None] * (width - len(part))
+                    with bar.stage("placing runs"):  # their checkpoints read, their inputs stacked
+                        inputs = self.inputs(slots_idx)  # checkpoints checked before anything is written
+                        _check_interrupt(start)
+                        slots = [self._slot(i) for i in part] + [None] * (width - len(part))
                     train(program, slots, *inputs, start=start, progress=bar, on_row=on_row)
                     inputs = None  # this call's data freed before the next call's is made
                 for s in slots:

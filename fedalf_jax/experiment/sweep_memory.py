@@ -166,16 +166,14 @@ def program_bytes(compiled, inputs_bytes: int = 0) -> int:
 
 class _Sizer:
     """The planned memory of a program call of ``width`` runs of ``group`` (compiled with abstract inputs:
-    nothing is allocated): the larger of the chunk program's (``min(eval_every, rounds)`` rounds and
-    the evaluation) and the train-loss program's with the call's inputs alive; on the CPU backend
+    nothing is allocated): the largest of the round program's, the evaluation's (the run loop calls one
+    round per program call) and the train-loss program's with the call's inputs alive; on the CPU backend
     plus the host copy of the state a checkpoint takes while the next call runs. The programs are kept
     in ``programs[(key, width)]`` for the sweep to run (see :meth:`.sweep._Group.run`)."""
 
     def __init__(self, group: "_Group", key: str, progress: bool, programs: Optional[dict],
                  bar: Optional[Progress] = None):
         self.group, self.key, self.progress, self.programs, self.bar = group, key, progress, programs, bar
-        cfg = group.members[0][0]
-        self.length = min(cfg.eval_every, cfg.rounds)
         self.cpu = jax.default_backend() == "cpu"
 
     def args_bytes(self, width: int) -> int:
@@ -187,7 +185,7 @@ class _Sizer:
         late = _LateBar(self.progress)
         late.bar = self.bar  # the sweep's bar says "compiling" while it compiles
         program = Program(g.spec, batched=True, data_axes=g.axes, progress=late, devices=g.devices, run_map=g.run_map)
-        chunk = program_bytes(program.compiled(self.length, *args))
+        chunk = max(program_bytes(program.compiled_round(*args)), program_bytes(program.compiled(0, *args)))
         loss = program_bytes(program.compiled_train_loss(*args), inputs_bytes=_nbytes(args))
         if self.programs is not None:
             self.programs[(self.key, width)] = (program, late, _avals(args))
