@@ -26,3 +26,16 @@ def compile_cache(tmp_path, monkeypatch):
     configure(path)  # calls of loop.run and sweep made by the test itself
     yield path
     configure(None)
+
+
+# --- two xdist workers by default (issue 38, item 6) -----------------------------------------------------
+# pyproject's addopts carry no -n, so `pytest -p no:xdist ...` works; with pytest-xdist loaded and no -n
+# given, the run takes two workers, work-stealing (`-n 0` or `-n 4` as given win).
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and getattr(config.option, "numprocesses", 0) is None):
+        config.option.numprocesses = 2
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"
+# --- end of the xdist default ------------------------------------------------------------------------------
