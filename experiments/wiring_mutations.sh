@@ -562,4 +562,27 @@ mutate fedalf_jax/problem/models.py "    count = jnp.sum(hit, axis=(2, 4), keepd
   "    count = jnp.sum(hit, axis=(2, 4), keepdims=True, dtype=g.dtype)" \
   "pool: the ties counted in floats (an ordered float sum: the step 25% slower)" "tests/test_models.py -k ties"
 
+# issue 36 items 3-5: a signal answered after the round in flight, before the first round at once (label "sig36")
+SG=tests/test_signals.py
+mutate fedalf_jax/experiment/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
+  "if not (t % cfg.eval_every == 0 or t == cfg.rounds):" "sig36: the chunk cut by a signal is not evaluated" "$SG -k mid_chunk"
+mutate fedalf_jax/experiment/loop.py "if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:" \
+  "if schedule.due(t, t == cfg.rounds):" "sig36: no checkpoint of the cut round" "$SG -k mid_chunk"
+mutate fedalf_jax/experiment/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
+  "if not ((t - start) % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
+  "sig36: a resume from a cut round evaluates eval_every rounds after it" "$SG -k mid_chunk"
+mutate fedalf_jax/interrupt.py "            if abandon:" "            if False:" \
+  "sig36: a signal while compiling waits for the compile" "$SG -k while_compiling"
+mutate fedalf_jax/experiment/loop.py $'                with contextlib.suppress(WriteError):  # (the error in flight is the one to report)\n                    rd.remove_run_files()' \
+  $'                pass' "sig36: a run stopped before its first round leaves its files" "$SG -k while_compiling"
+mutate fedalf_jax/experiment/rundir.py "if not overwrite and not self.started():" "if False:" \
+  "sig36: a folder a kill left before the first round blocks the same command" "$SG -k never_finished"
+mutate fedalf_jax/experiment/rundir.py "return sum(1 for line in lines if line.strip()) > 1" \
+  "return sum(1 for line in lines if line.strip()) > 0" "sig36: metrics.csv's header alone counts as a started run" \
+  "$SG -k never_finished"
+mutate fedalf_jax/experiment/progress.py "            self._bar.last_print_t = self._bar._time()" "            pass" \
+  "sig36: the first rate counts the compile" "tests/test_startup.py -k first_rate"
+mutate fedalf_jax/experiment/progress.py '            self._note = f"stopping after round {round}"' '            self._note = ""' \
+  "sig36: the bar does not say it is stopping" "tests/test_startup.py -k first_rate"
+
 exit $status

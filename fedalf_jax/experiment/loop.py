@@ -384,6 +384,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     t = start
     try:
         with INTERRUPT.active():
+            INTERRUPT.until = None  # no round in flight (a sweep's previous call may have left its last)
             try:  # nothing computed yet: a signal leaves now, the compile left to its thread
                 state, hp, data = _interruptible(program.place, state, hp, data, abandon=True)
                 _interruptible(program.loop_programs, state, hp, data, abandon=True)
