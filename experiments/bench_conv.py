@@ -13,7 +13,7 @@ with ``jax.block_until_ready``; the median is printed, in seconds per round. Var
 known to be catastrophically slow (``lax`` / ``patches`` convolutions inside vmap/map + scan)
 run with ``--slow-steps`` steps instead of 12 and are scaled to 12 steps (marked ``*``).
 
-    cd /work/main && .venv/bin/python experiments/bench_conv.py            # all variants
+    .venv/bin/python experiments/bench_conv.py            # all variants (from the checkout's root)
     .venv/bin/python experiments/bench_conv.py --only vmap:im2col:reshape map:im2col:reshape
     XLA_FLAGS=--xla_cpu_enable_fast_math=true .venv/bin/python experiments/bench_conv.py --only ...
 """

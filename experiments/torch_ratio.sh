@@ -3,9 +3,15 @@
 # a lean PyTorch loop"): `fedalf bench --pytorch` REPEATS times in a row (each: the compiled round's 5 rounds,
 # then the PyTorch loop's warm-up and 5 rounds), the load before each, then the medians of the three figures.
 #   bash experiments/torch_ratio.sh [PYTHON_WITH_TORCH] [REPEATS] [extra fedalf bench flags...]
+# PYTHON_WITH_TORCH: default $FEDALF_TORCH_PYTHON, else .venv-torch/bin/python (`bash experiments/setup.sh torch`
+# makes it); a relative path is taken from the checkout's root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TORCH_PY=${1:-/work/torchvenv/bin/python}; REPEATS=${2:-3}; shift $(( $# < 2 ? $# : 2 ))
+TORCH_PY=${1:-${FEDALF_TORCH_PYTHON:-.venv-torch/bin/python}}; REPEATS=${2:-3}; shift $(( $# < 2 ? $# : 2 ))
+if [ ! -x "$TORCH_PY" ] && ! command -v "$TORCH_PY" >/dev/null; then
+  echo "torch_ratio: no interpreter $TORCH_PY; make one with \`bash experiments/setup.sh torch\` or pass PYTHON_WITH_TORCH" >&2
+  exit 2
+fi
 FEDALF=${FEDALF:-.venv/bin/fedalf}  # may hold arguments: FEDALF="python -m fedalf_jax.cli"
 OUT=$(mktemp -d)
 for i in $(seq "$REPEATS"); do

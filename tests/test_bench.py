@@ -232,7 +232,7 @@ def test_gpu_session_steps_fit_the_device_limit():
 
 import os  # noqa: E402
 
-TORCH_PY = os.environ.get("FEDALF_TORCH_PYTHON", "/work/torchvenv/bin/python")  # an interpreter with torch
+TORCH_PY = os.environ.get("FEDALF_TORCH_PYTHON", str(ROOT / ".venv-torch" / "bin" / "python"))  # with torch: setup.sh torch
 
 
 def _stub(path: Path, body: str) -> str:
