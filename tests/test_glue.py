@@ -2,7 +2,7 @@
 expectation (a hand-computed value, a count, a set), not against a second path through the same helper.
 
 Every test here was seen to fail under a plausible one-line slip of the code it pins; the slips are
-applied, one at a time to a copy of the tree, by experiments/wiring_mutations.sh.
+applied, one at a time to a copy of the tree, by tests/wiring_mutations.sh.
 """
 
 import itertools

@@ -30,7 +30,7 @@ cotangent equally among the tied entries while ``select_and_scatter`` gives it a
 In these models pooling follows a ReLU, so the only practical ties are all-zero windows, whose
 gradient the ReLU blocks either way. The reshape pool's backward pass is written out (a ``custom_vjp``
 with ``jnp.max``'s own tie rule, the ties counted in int32): the same cotangents bit for bit, and the
-CNN's SGD step on CPU 131 ms per 12 steps instead of 167 (``experiments/cnn_step.py``). Only reverse
+CNN's SGD step on CPU 131 ms per 12 steps instead of 167 (``experiments/probes/cnn_step.py``). Only reverse
 mode goes through it: for ``jax.jvp`` or ``jax.hessian`` of a model, build it with ``pool_impl="lax"``.
 
 Model notes
@@ -82,7 +82,7 @@ class ModelError(ValueError):
     """Bad model name, shape or option (one-line message)."""
 
 
-# Chosen by measurement (experiments/bench_conv.py, docs/benchmarks.md), FMNIST ``cnn`` round of
+# Chosen by measurement (experiments/probes/bench_conv.py, docs/benchmarks.md), FMNIST ``cnn`` round of
 # 10 clients x 12 SGD steps x B=50 on a 2-core CPU, jax 0.10.2:
 #   cpu -> "im2col": fastest inside vmap/lax.map + scan (docs/benchmarks.md: ~1.7-1.9 s per round
 #          with lax.map over clients, ~2.5-3.7 s with vmap); "lax" is 25-40x slower there because

@@ -4,7 +4,7 @@ it), the two client phases, FedALF's server step (donated, 12 rounds in, so that
 full), and the 10 clients' losses l_i = f_i(θ) in B-example forward passes with the training module
 (im2col on CPU) and with the forward-only module (lax.conv). Medians of REPEATS (default 7).
 
-    python experiments/round_parts.py [REPEATS]
+    python experiments/probes/round_parts.py [REPEATS]
 """
 import statistics
 import sys

@@ -13,9 +13,9 @@ with ``jax.block_until_ready``; the median is printed, in seconds per round. Var
 known to be catastrophically slow (``lax`` / ``patches`` convolutions inside vmap/map + scan)
 run with ``--slow-steps`` steps instead of 12 and are scaled to 12 steps (marked ``*``).
 
-    .venv/bin/python experiments/bench_conv.py            # all variants (from the checkout's root)
-    .venv/bin/python experiments/bench_conv.py --only vmap:im2col:reshape map:im2col:reshape
-    XLA_FLAGS=--xla_cpu_enable_fast_math=true .venv/bin/python experiments/bench_conv.py --only ...
+    .venv/bin/python experiments/probes/bench_conv.py            # all variants (from the checkout's root)
+    .venv/bin/python experiments/probes/bench_conv.py --only vmap:im2col:reshape map:im2col:reshape
+    XLA_FLAGS=--xla_cpu_enable_fast_math=true .venv/bin/python experiments/probes/bench_conv.py --only ...
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from fedalf_jax.problem.models import make_model  # noqa: E402
 
 C, S, B, LR = 10, 12, 50, 0.05

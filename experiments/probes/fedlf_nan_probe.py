@@ -7,8 +7,8 @@ clients, g = ∇f(θ), h = d̂ᵀ∇²f(θ)d̂ (a central difference of gradient
 d̂ says the step s = η_g‖d‖ lowers f only if s < 2 (g·d̂)/h; ``overshoot`` = s·h / (2 g·d̂) > 1 means the
 step is too long for the curvature. Stops at the first non-finite value.
 
-    python experiments/fedlf_nan_probe.py --lr 0.1 --rounds 20
-    python experiments/fedlf_nan_probe.py --lr 0.05 --rounds 20
+    python experiments/probes/fedlf_nan_probe.py --lr 0.1 --rounds 20
+    python experiments/probes/fedlf_nan_probe.py --lr 0.05 --rounds 20
 """
 
 import argparse

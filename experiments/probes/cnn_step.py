@@ -2,9 +2,9 @@
 local training, without the round around it), median of 7 after compiling; and, with ``--hash``, hash the
 parameters after those steps (to check that a change leaves the arithmetic bit for bit alone).
 
-    .venv/bin/python experiments/cnn_step.py                      # the model's defaults
-    .venv/bin/python experiments/cnn_step.py --pool lax           # flax's nn.max_pool instead
-    XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=dot .venv/bin/python experiments/cnn_step.py
+    .venv/bin/python experiments/probes/cnn_step.py                      # the model's defaults
+    .venv/bin/python experiments/probes/cnn_step.py --pool lax           # flax's nn.max_pool instead
+    XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=dot .venv/bin/python experiments/probes/cnn_step.py
 
 docs/benchmarks.md, "The pooling's backward pass": 171/163 ms before the pool's written-out backward pass,
 131/131 ms after, on the 2-core CPU.

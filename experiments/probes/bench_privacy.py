@@ -1,7 +1,7 @@
 """Cost of each privacy mechanism in round time: FedALF rounds with no mechanism, adaptive LDP,
 LDP-FL and Gaussian DP, compiled, timed interleaved in one process (median of --repeats).
 
-    python experiments/bench_privacy.py --model cnn --repeats 3
+    python experiments/probes/bench_privacy.py --model cnn --repeats 3
 """
 
 import argparse

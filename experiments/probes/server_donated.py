@@ -3,7 +3,7 @@ state donated (the compiled round updates the history rows in place), and apart 
 without donation (what a caller that keeps its input pays: a copy of the state, ~0.23 GB of history rows for
 the CNN). Medians of 7 calls; the donated call gets a fresh copy of the state made outside the timing.
 
-    python experiments/server_donated.py [cnn|mlp]        # one JSON line
+    python experiments/probes/server_donated.py [cnn|mlp]        # one JSON line
     TREES="<old tree> <new tree>" bash experiments/round_ratio.sh   # the whole round, for comparison
 """
 import json

@@ -11,7 +11,7 @@ dual's linear term), and the rows the server would receive under each upload rul
   size), i.e. how well each client's row points downhill for the federation;
 * their norms.
 
-    python experiments/dual_effect.py runs/seed-mlp/fedalf/fedalf_pat1_lr0.05_seed0 [--rounds 5]
+    python experiments/probes/dual_effect.py runs/seed-mlp/fedalf/fedalf_pat1_lr0.05_seed0 [--rounds 5]
 
 ``--rounds R`` repeats the comparison over R rounds' client samples (the same θ, other keys).
 """

@@ -1,6 +1,6 @@
 """A sweep against its runs one by one: wall time and the largest metric difference.
 
-    python experiments/sweep_vs_single.py --out runs/sweep-vs-single          # FedALF, MLP, 4 seeds × 3 lr, 200 rounds
+    python experiments/probes/sweep_vs_single.py --out runs/sweep-vs-single          # FedALF, MLP, 4 seeds × 3 lr, 200 rounds
 
 Runs ``fedalf sweep`` (one process) and then each of its runs as ``fedalf run --config
 <run>/config.json`` (one process each, as a user would), timing the whole processes. Then compares

@@ -1,7 +1,7 @@
-"""Solve captured QPs (experiments/qp_capture.py) with each solver and compare with a float64 reference:
-steps per QP and accuracy.  python experiments/qp_compare.py /tmp/qp/mlp.npz"""
+"""Solve captured QPs (experiments/probes/qp_capture.py) with each solver and compare with a float64 reference:
+steps per QP and accuracy.  python experiments/probes/qp_compare.py /tmp/qp/mlp.npz"""
 import sys, numpy as np, jax, jax.numpy as jnp
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "tests"))
 from reference import min_norm_simplex_qp as ref
 import fedalf_jax.sim.qp as Q_
 d = np.load(sys.argv[1]); Q = d["Q"].reshape(-1, *d["Q"].shape[-2:]); V = d["V"].reshape(-1, d["V"].shape[-1])

@@ -1,7 +1,7 @@
 """Wall time from process start to the first completed round of the README's main job (issue 14):
 the moment the progress bar first shows 1/2. Cold: a fresh compilation cache; warm: the same one again.
 
-    FEDALF_COMPILE_CACHE=/tmp/cc .venv/bin/python experiments/first_round_time.py /tmp/out   # cold, then warm
+    FEDALF_COMPILE_CACHE=/tmp/cc .venv/bin/python experiments/probes/first_round_time.py /tmp/out   # cold, then warm
 """
 import shutil
 import subprocess

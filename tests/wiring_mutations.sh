@@ -3,9 +3,9 @@
 # (tests/test_glue.py, tests/test_sweep.py) and the run-directory trust holes of items 1-8
 # (tests/test_trust.py) and issue #14's server depth (labels "gpu"), each applied in turn to a copy of HEAD (never to the
 # checkout), with the tests that pin it run against it: every slip must make at least one test fail.
-#   bash experiments/wiring_mutations.sh                  # all (about 15 minutes on 2 cores)
-#   ONLY=glue bash experiments/wiring_mutations.sh        # the slips whose label contains "glue"
-#   SRC=/some/tree bash experiments/wiring_mutations.sh   # a copy of that folder instead of HEAD
+#   bash tests/wiring_mutations.sh                  # all (about 15 minutes on 2 cores)
+#   ONLY=glue bash tests/wiring_mutations.sh        # the slips whose label contains "glue"
+#   SRC=/some/tree bash tests/wiring_mutations.sh   # a copy of that folder instead of HEAD
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD; COPY=$(mktemp -d); trap 'rm -rf "$COPY"' EXIT
