@@ -8,7 +8,7 @@ evaluates every client. Round ``t`` draws its randomness from ``fold_in(run_key,
 reproducible from its ``config.json`` and resumable from any checkpoint with identical metrics. Checkpoints
 are written by a background thread, so they never hold up the rounds. (A round per call costs nothing
 measurable against a scan of ``eval_every`` rounds, and computes the same bits:
-``experiments/round_dispatch.py``.)
+``experiments/probes/round_dispatch.py``.)
 
 Nothing computed is lost silently: Ctrl-C (SIGINT), SIGTERM, SIGHUP or SIGUSR1 lets the round in flight
 finish, evaluates it, writes the metrics and a checkpoint of that round and raises :class:`Interrupted`

@@ -2,8 +2,8 @@
 against one program per round (a scan of 1, dispatched one at a time) and the evaluation-only program: the
 time of a chunk, both ways in one process (alternated, medians), and a hash of the final state both ways.
 
-    .venv/bin/python experiments/round_dispatch.py --model mlp --clients 20 --clients-per-round 5
-    .venv/bin/python experiments/round_dispatch.py            # the main job's CNN FedALF round (README)
+    .venv/bin/python experiments/probes/round_dispatch.py --dataset synthetic --model mlp --clients 20 --clients-per-round 5
+    .venv/bin/python experiments/probes/round_dispatch.py            # the main job's CNN FedALF round (README)
 
 Issue 36 item 4: the run loop dispatches rounds one at a time so that a signal is answered after the round in
 flight; this measures what that costs and whether it changes a run's arithmetic.
