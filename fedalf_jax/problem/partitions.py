@@ -250,6 +250,11 @@ def _pat_fedlf(labels, num_clients, k, frac, rng, scheme):
             tr, te = _split_class_local(chunk, frac)
             train[client].append(tr)
             test[client].append(te)
+    return _collected(train, test, assigned, classes)
+
+
+def _collected(train, test, assigned, classes) -> Partition:
+    """The partition from each client's lists of train and test index arrays and its assigned class positions."""
     train_idx = [np.sort(np.concatenate(t)) for t in train]
     test_idx = [np.sort(np.concatenate(t)) for t in test]
     cls = [[int(classes[j]) for j in pos] for pos in assigned]
@@ -284,10 +289,7 @@ def _pat_shards(y_train, y_test, num_clients, k, rng, scheme):
         ):
             train[client].append(tr)
             test[client].append(te)
-    train_idx = [np.sort(np.concatenate(t)) for t in train]
-    test_idx = [np.sort(np.concatenate(t)) for t in test]
-    cls = [[int(classes[j]) for j in pos] for pos in assigned]
-    return Partition(train_idx, test_idx, cls)
+    return _collected(train, test, assigned, classes)
 
 
 def _dirichlet(labels, num_clients, alpha, frac, rng, min_size, max_tries=1000):
