@@ -106,8 +106,9 @@ _HELP = {
           "its Algorithm(hparams=...) declares, traced like --lr (default: the algorithm's declared values)",
 }
 _HP_SWEEP = ("the algorithm's own hyper-parameters, NAME=VALUE[,VALUE...] (repeatable; e.g. --hp beta1=0.9,0.99 "
-             "beta2=0.99): each name's values are swept in one program like --lr (default: the algorithm's "
-             "declared values)")
+             "beta2=0.99): each name's values are swept in one program like --lr, in the runs of the algorithms "
+             "that declare NAME; ALG.NAME=VALUE sets it for algorithm ALG only (e.g. --hp fedyogi.beta2=0.999) "
+             "(default: the algorithm's declared values)")
 
 
 _CTRL_C = ("Ctrl-C: the rounds in flight finish, then the metrics and a checkpoint of the last round are "
@@ -178,6 +179,11 @@ def _default_text(f: dataclasses.Field) -> str:
     return {True: "on", False: "off"}.get(f.default, f.default) if isinstance(f.default, bool) else str(f.default)
 
 
+# Options that a sweep takes once, for all its runs: a list of them would name no grid axis (where runs are
+# saved and logged, and where the data is read from, change nothing a run computes)
+SWEEP_SINGLE = ("checkpoint_every", "log", "data_dir")
+
+
 def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False, skip: tuple = (),
                       helps: dict | None = None) -> None:
     """One flag per config option; ``multi``: each takes one or more values (``fedalf sweep``); ``skip``: the
@@ -197,7 +203,7 @@ def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False, skip: 
         if "default" not in text:  # some descriptions say their default themselves
             text += f" (default: {_default_text(f)})"
         kw = {"dest": f.name, "default": None, "help": text.replace("%", "%%")}
-        if multi:
+        if multi and f.name not in SWEEP_SINGLE:
             kw["nargs"] = "+"
         if f.name in _CHOICES:
             kw["choices"] = _CHOICES[f.name]
@@ -214,8 +220,10 @@ def _hp_value(text: str, *, many: bool):
     """``--hp NAME=VALUE`` (``many``: ``NAME=VALUE[,VALUE...]``) -> ``(NAME, value or [values])``."""
     name, eq, values = text.partition("=")
     name = name.strip()
-    if not eq or not name.isidentifier():
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (e.g. beta1=0.9), got {text!r}")
+    owner, _, own = name.rpartition(".") if many else ("", "", name)  # sweep: ALG.NAME, for ALG's runs only
+    if not eq or not own.isidentifier() or (many and "." in name and not owner):
+        eg = "beta1=0.9 or fedadam.beta1=0.9" if many else "beta1=0.9"
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (e.g. {eg}), got {text!r}")
     parts = values.split(",") if many else [values]
     out = []
     for v in parts:
@@ -453,6 +461,7 @@ def _cmd_sweep(args) -> int:
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
     given = _given(args)
     given.pop("out", None)  # the sweep's folder, not a run option
+    given.update({k: [given[k]] for k in SWEEP_SINGLE if k in given})  # one value for every run
     given.update({f"hp.{k}": v for k, v in given.pop("hp", {}).items()})  # one grid axis per own hyper-parameter
     shard = S.parse_shard(args.shard)
     planned = (Path(args.out) / "sweep.json").is_file()

@@ -383,3 +383,41 @@ def test_resume_line_of_an_interrupted_sweep_names_every_option_it_needs(tmp_pat
     assert args.command == "sweep" and args.resume and args.out == str(out) and args.shard == shard, again
     if not planned:  # the plan's options are all there
         assert args.lr == [0.1, 0.2] and args.rounds == [4], again
+
+
+# ---- issue 36, item 10: a sweep over several algorithms takes --hp for the ones that declare it ----------
+
+def test_sweep_hp_goes_to_the_algorithms_that_declare_it_and_alg_dot_name_to_one(capsys):
+    from fedalf_jax.cli import _given, build_parser
+    adam, yogi = "examples.fedadam:fedadam", "examples.fedadam:fedyogi"
+    args = build_parser().parse_args(["sweep", *TINY, "--algorithm", "fedavg", adam, yogi, "--hp", "beta1=0.8,0.7",
+                                      "fedyogi.beta2=0.999", "--out", "x"])
+    given = _given(args)
+    given.pop("out")
+    given.update({f"hp.{k}": v for k, v in given.pop("hp").items()})
+    cfgs = expand({}, given, [0])
+    got = sorted((c.algorithm, tuple(sorted(c.resolved_hp.items()))) for c in cfgs)
+    # fedavg declares no beta1: one run of it, not two; FedAdam and FedYogi each at both β1; β2 0.999 in FedYogi only
+    assert got == sorted([("fedavg", ())] + [(a, (("beta1", b1), ("beta2", b2), ("tau", 1e-3)))
+                                             for a, b2 in ((adam, 0.99), (yogi, 0.999)) for b1 in (0.7, 0.8)]), got
+    with pytest.raises(ValueError, match=r"--hp fedyogo.beta2: fedyogo is not an algorithm of this sweep"):
+        expand({"algorithm": yogi}, {"hp.fedyogo.beta2": [0.9]}, [0])
+    with pytest.raises(ValueError, match="hp 'zeta': algorithm 'fedavg' has no hyper-parameter 'zeta'"):
+        expand({}, {"algorithm": ["fedavg", adam], "hp.zeta": [1.0]}, [0])  # declared by none: refused as before
+    with pytest.raises(SystemExit):  # a single run has one algorithm: ALG.NAME is a sweep's
+        build_parser().parse_args(["run", "--hp", "fedadam.beta1=0.9"])
+
+
+@pytest.mark.parametrize("flag, values", [("--checkpoint-every", ["50", "100"]), ("--log", ["csv", "tensorboard"]),
+                                          ("--data-dir", ["/a", "/b"])])
+def test_sweep_options_where_a_list_means_nothing_take_one_value(capsys, flag, values):
+    """Issue 36.10: `sweep --help` offered `--checkpoint-every A [B ...]`; a list of where runs are saved,
+    logged or read from names no grid axis."""
+    from fedalf_jax.cli import build_parser
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["sweep", *TINY, flag, *values, "--out", "x"])
+    assert e.value.code == 2 and f"unrecognized arguments: {values[1]}" in capsys.readouterr().err
+    usage = " ".join(build_parser()._subparsers._group_actions[0].choices["sweep"].format_usage().split())
+    assert f"{flag} " in usage and " ...]" not in usage.split(f"{flag} ", 1)[1].split("]", 1)[0] + "]", usage
+    args = build_parser().parse_args(["sweep", *TINY, flag, values[0], "--out", "x"])
+    assert getattr(args, flag[2:].replace("-", "_")) == values[0]

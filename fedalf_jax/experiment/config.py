@@ -432,7 +432,7 @@ def _check_hp(cfg: "Config") -> None:
                    "it declares none (Algorithm(hparams=...) declares them)")
             raise ConfigError(f"hp {k!r}: algorithm {cfg.algorithm!r} has no hyper-parameter {k!r}; {has}")
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not _finite(v):
-            shown = _shown(v) if isinstance(v, numbers.Real) and not _finite(v) else f"{type(v).__name__} {v!r}"
+            shown = _shown(v) if isinstance(v, int) and not _finite(v) else f"{type(v).__name__} {v!r}"
             raise ConfigError(f"hp {k!r} must be a finite number, got {shown}")
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError
+from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError, declared_hparams
 from .identity import flat_options, identity_digest, ignored_options
 from .rundir import RunDir, read_sweep, write_sweep
 
@@ -26,14 +26,23 @@ _BARE = ("algorithm", "dataset", "partition", "model")  # values readable withou
 
 def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Config]:
     """Every combination of ``grid``'s values (and every seed) on top of ``base``, validated. A key
-    ``hp.NAME`` varies the algorithm's own hyper-parameter ``NAME`` (``Config.hp``), over ``base``'s."""
+    ``hp.NAME`` varies the algorithm's own hyper-parameter ``NAME`` (``Config.hp``), over ``base``'s, in
+    the runs of the algorithms that declare ``NAME`` (:func:`own_hparams`); ``hp.ALG.NAME`` in ``ALG``'s only."""
     keys = list(grid)
+    combos = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+    algorithms = list(dict.fromkeys(c.get("algorithm", base.get("algorithm", _DEFAULT_ALGORITHM)) for c in combos))
+    named = {k[3:] for k in keys if k.startswith("hp.")} | set(base.get("hp") or {})
+    for key in sorted(n for n in named if "." in n):
+        owner = key.rpartition(".")[0]
+        if not any(owner in (a, a.rpartition(":")[2]) for a in algorithms):
+            raise ConfigError(f"--hp {key}: {owner} is not an algorithm of this sweep ({', '.join(algorithms)}); "
+                              f"name one of them before the dot, or give NAME=VALUE for every algorithm declaring it")
     out, seen = [], set()
-    for values in itertools.product(*(grid[k] for k in keys)):
-        combo = dict(zip(keys, values))
+    for combo in combos:
         own = {k[3:]: combo.pop(k) for k in keys if k.startswith("hp.")}
-        if own:
-            combo["hp"] = {**(combo.get("hp", base.get("hp")) or {}), **own}
+        if own or base.get("hp"):
+            alg = combo.get("algorithm", base.get("algorithm", _DEFAULT_ALGORITHM))
+            combo["hp"] = own_hparams(alg, {**(combo.get("hp", base.get("hp")) or {}), **own}, algorithms)
         for seed in seeds:
             cfg = Config.from_dict({**base, **combo, "seed": seed, "out": None})
             k = json.dumps(cfg.to_dict(), sort_keys=True)
@@ -77,6 +86,27 @@ def distinct(configs: list[Config]) -> tuple[list[Config], Optional[str]]:
     each = ", ".join(f"{a}'s {n} are {d}" for a, (n, d) in count.items() if n != d) if len(count) > 1 else ""
     return kept, (f"{said}: {len(configs)} combinations are {len(kept)} distinct runs{f' ({each})' if each else ''}; "
                   f"running each once")
+
+
+_DEFAULT_ALGORITHM = Config.__dataclass_fields__["algorithm"].default
+
+
+def own_hparams(algorithm: str, hp: dict, algorithms: list[str]) -> dict:
+    """The own hyper-parameters of ``algorithm``'s runs in a sweep over ``algorithms``: ``NAME`` when it
+    declares ``NAME`` (every algorithm, when none of the sweep's declares it: its run refuses it, naming
+    what it declares), then ``ALG.NAME`` (``ALG`` as given, or its attribute after ``module:``) when
+    ``ALG`` is ``algorithm``, over the plain one. ``fedalf sweep --algorithm fedadam fedyogi --hp
+    beta1=0.9 fedyogi.beta2=0.999``."""
+    def declares(alg: str, name: str) -> bool:
+        d = declared_hparams(alg)
+        return d is None or name in d  # None: a factory that needs the model's layers (its run checks)
+    out = {k: v for k, v in hp.items() if "." not in k
+           and (declares(algorithm, k) or not any(declares(a, k) for a in algorithms))}
+    for k, v in hp.items():
+        owner, _, name = k.rpartition(".")
+        if owner and owner in (algorithm, algorithm.rpartition(":")[2]):
+            out[name] = v
+    return out
 
 
 def static_key(cfg: Config) -> str:
