@@ -421,3 +421,38 @@ def test_sweep_options_where_a_list_means_nothing_take_one_value(capsys, flag, v
     assert f"{flag} " in usage and " ...]" not in usage.split(f"{flag} ", 1)[1].split("]", 1)[0] + "]", usage
     args = build_parser().parse_args(["sweep", *TINY, flag, values[0], "--out", "x"])
     assert getattr(args, flag[2:].replace("-", "_")) == values[0]
+
+
+# ---- issue 36, item 11: a second unsharded sweep aimed at a running sweep's folder is refused ----------
+
+def _files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".fedalf.lock"}
+
+
+@pytest.mark.parametrize("second", [[], ["--shard", "0/2"]])
+def test_a_second_sweep_into_a_running_sweeps_folder_is_refused_and_changes_nothing(tmp_path, capsys, monkeypatch,
+                                                                                       second):
+    """The first sweep holds its folder as a sweep does (exclusively, unless sharded). Were it held shared, a
+    second unsharded sweep of the same plan would run the same runs and both would write them."""
+    import os
+    from fedalf_jax.experiment import sweep as S
+    out = tmp_path / "sw"
+    argv = ["sweep", *TINY, "--seeds", "0", "1", "--out", str(out)]
+    real, seen = S._resume, {}
+
+    def first_running(root, **kw):  # inside the first sweep's lock, once its plan is written
+        before = _files(out)
+        capsys.readouterr()
+        seen["code"] = main([*argv, *second])
+        seen["err"] = capsys.readouterr().err
+        seen["same"] = _files(out) == before
+        return real(root, **kw)
+
+    monkeypatch.setattr(S, "_resume", first_running)
+    assert main(argv) == 0
+    assert seen["code"] == 2 and "Traceback" not in seen["err"], seen
+    assert len(seen["err"].strip().splitlines()) == 1, seen
+    assert seen["err"].startswith(f"fedalf sweep: error: {out} is being written by pid {os.getpid()} on "), seen
+    assert "; wait for it to end, or choose another --out" in seen["err"] and seen["same"], seen
+    assert [r["status"] for r in S.results(out)] == ["done", "done"]
