@@ -200,13 +200,16 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
     model = build_model(cfg, pool)
     params_shape = jax.eval_shape(model.init, jax.random.PRNGKey(0))["params"]
     layer_of = layer_ids(params_shape, cfg.layers)
-    return RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,
+    spec = RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs,
                      batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, ldp_on=cfg.resolved_ldp_on, dp=cfg.dp,
                      neighbouring=cfg.neighbouring, client_devices=client_devices,
                      central_sensitivity=central_sensitivity(cfg),
                      state_dtype=jnp.dtype(cfg.state_dtype),
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
+    from .guarantee import check_applied  # the mechanism the record states applies to what is uploaded
+    check_applied(cfg, spec)
+    return spec
 
 
 def central_sensitivity(cfg: Config) -> float:

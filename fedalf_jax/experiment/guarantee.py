@@ -94,12 +94,15 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     beside it (centre and radius, loss, ``n_i``) are outside it, by its statement
     (:func:`privacy_not_covered`). It does not hold when the upload adds un-noised data: FedADMM/FedALF
     with ``dual_from="local"`` and the ``increment`` or ``augmented`` upload; FedLF with
-    ``client_grad="full"`` and ``cnn_bn`` (both refused by validation); nor for ``adaptive`` at
+    ``client_grad="full"``, a user's algorithm with ``local_train=False`` and ``cnn_bn`` (all refused by
+    validation; :func:`check_applied` refuses the cases only the built round shows); nor for ``adaptive`` at
     ε ≥ 16.6, which in float32 releases every weight exactly, or ``ldp_fl`` there (an output of probability 0). No privacy mechanism: ``(False, ...)``.
     """
     mech = cfg.dp if cfg.dp != "none" else cfg.ldp
     if mech == "none":
         return False, "no privacy mechanism is on: every client uploads its un-noised model"
+    if cfg.model == "cnn_bn":  # central DP too: its noise is on θ, the averaged statistics are released as they are
+        return False, "cnn_bn's batch-norm statistics leave the client un-noised (the server averages them)"
     if mech == "central":
         return True, (f"each client's upload Δ_i is clipped to L2 norm {cfg.clip:g} and the server adds Gaussian noise "
                       f"to its step ({CENTRAL_SENSITIVITY[cfg.algorithm]} x server_lr x clip sensitivity, noise "
@@ -111,12 +114,18 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     if cfg.algorithm == "fedlf" and cfg.client_grad == "full":
         return False, ("FedLF with client_grad=full uploads the client's full-batch gradient, which no mechanism "
                        "perturbs (the mechanisms perturb an uploaded model: use client_grad=local)")
-    if cfg.model == "cnn_bn":
-        return False, "cnn_bn's batch-norm statistics leave the client un-noised (the server averages them)"
-    if cfg.algorithm not in ALGORITHMS and not _declares_private_upload(cfg.algorithm):
-        return False, (f"algorithm {cfg.algorithm!r} does not declare private_upload=True (that its upload is a "
-                       f"function of the mechanism's output w̃_i and public values only), so nothing says the "
-                       f"mechanism's guarantee covers what it uploads")
+    if cfg.algorithm not in ALGORITHMS:
+        user = _user_algorithm(cfg.algorithm, registry.version())
+        if user is None:
+            return False, (f"algorithm {cfg.algorithm!r}'s factory cannot be built without the model's layers "
+                           f"(layer_of), so its private_upload declaration is not read here and the mechanism's "
+                           f"guarantee is not claimed for what it uploads")
+        if not user.local_train:  # refused by validate_privacy; never claimed whatever calls this
+            return False, _no_local_train(cfg.algorithm)
+        if not user.private_upload:
+            return False, (f"algorithm {cfg.algorithm!r} does not declare private_upload=True (that its upload is "
+                           f"a function of the mechanism's output w̃_i and public values only), so nothing says "
+                           f"the mechanism's guarantee covers what it uploads")
     target = cfg.resolved_server_target
     dual_from = cfg.resolved_dual_from
     if cfg.algorithm in _ADMM and dual_from == "local" and target == "increment":
@@ -139,6 +148,9 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
     if cfg.algorithm not in ALGORITHMS:
         upload = (f"algorithm {cfg.algorithm!r} declares its upload a function of the mechanism's output w̃_i and "
                   f"public values (private_upload=True)")
+        if user.public_aux:  # its auxiliary upload rides on a second declaration
+            upload += (" and its auxiliary upload ServerIn.aux a function of w̃_i and public values too "
+                       "(public_aux=True)")
     elif cfg.algorithm in _ADMM and target == "model":
         upload = ("the model upload sends only the mechanism's output w̃_i (the dual, computed from the un-noised "
                   "model with dual_from=local, stays on the client)" if dual_from == "local" else
@@ -163,16 +175,49 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
         what = (f"(ε, δ)-DP at epsilon={exact:.3g}, delta={cfg.delta:g} under {cfg.neighbouring}, by exact "
                 f"analytic-Gaussian accounting{short}")
     if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own
-        return True, (f"this rests on the algorithm's own declaration, not on a check: {upload}; if that "
-                      f"declaration is true, by post-processing the mechanism's guarantee holds for one upload per "
+        which, true = ("declarations", "those declarations are") if user.public_aux else ("declaration",
+                                                                                         "that declaration is")
+        return True, (f"this rests on the algorithm's own {which}, not on a check: {upload}; if {true} "
+                      f"true, by post-processing the mechanism's guarantee holds for one upload per "
                       f"round ({what}); nothing composes it over rounds")
     return True, (f"{upload}, so by post-processing the mechanism's guarantee holds for one upload per round "
                   f"({what}); nothing composes it over rounds")
 
 
-def _declares_private_upload(name: str) -> bool:
-    alg = _user_algorithm(name, registry.version())
-    return alg is not None and bool(alg.private_upload)
+def check_applied(cfg: "Config", spec) -> None:
+    """The round built for ``cfg`` (``spec``: the algorithm built for the model, and the model) applies the
+    mechanism as ``cfg.privacy`` records it: one line otherwise, before anything is written
+    (``build.make_spec`` calls it). Refused: an algorithm without local training (its client uploads
+    ∇f_i(θ_t) past the mechanism; a user's factory needing ``layer_of`` is first built here), a user's
+    factory declaring ``private_upload``/``public_aux`` otherwise for the model than for the record, and a
+    user's model keeping batch statistics (averaged un-noised by the server, which the record cannot see)."""
+    if cfg.ldp == "none" and cfg.dp == "none":
+        return
+    option, value = ("ldp", cfg.ldp) if cfg.ldp != "none" else ("dp", cfg.dp)
+    alg = spec.algorithm
+    if not alg.local_train:
+        raise ConfigError(_no_local_train(cfg.algorithm, option, value))
+    read = _user_algorithm(cfg.algorithm, registry.version()) if cfg.algorithm not in ALGORITHMS else None
+    for name in ("private_upload", "public_aux"):
+        if read is not None and getattr(read, name) != getattr(alg, name):
+            raise ConfigError(f"algorithm {cfg.algorithm!r} declares {name}={getattr(alg, name)!r} when built for the "
+                              f"model but {name}={getattr(read, name)!r} when its factory is called with "
+                              f"layer_of=None, which the run's privacy record reads; let the factory declare the same "
+                              f"{name} whatever layer_of")
+    if cfg.model not in MODELS and spec.model.has_batch_stats:
+        raise ConfigError(f"{option}={value!r} cannot be used with model {cfg.model!r}, which keeps batch statistics "
+                          f"(batch_stats): the server averages them un-noised beside the clients' uploads, outside "
+                          f"the mechanism; drop batch norm from the model or run it with {option}='none'")
+
+
+def _no_local_train(name: str, option: str = "", value: str = "") -> str:
+    """One line: a mechanism cannot apply to an algorithm without local training (its client uploads
+    ∇f_i(θ_t) and never calls ``upload``, so nothing it uploads passes through the mechanism)."""
+    mech = f"{option}={value!r}" if option else "a privacy mechanism"
+    return (f"{mech} cannot be used with algorithm {name!r}, which declares local_train=False: its client uploads "
+            f"its full-batch gradient ∇f_i(θ_t) and never calls upload, so the mechanism, which perturbs a trained "
+            f"model, would perturb nothing; set local_train=True in its Algorithm (upload then receives the perturbed "
+            f"model as w_tilde) or run it with {option or 'ldp'}='none'")
 
 
 def privacy_not_covered(cfg: "Config") -> list[str]:
@@ -261,6 +306,10 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
             f"{option}={value!r} cannot be used with algorithm='fedlf' and client_grad={client_grad!r}: "
             f"that client uploads its full-batch gradient, not a model, and {option} perturbs an "
             f"uploaded model; use client_grad='local' or {option}='none'")
+    if algorithm not in ALGORITHMS:  # the same for a user's algorithm (a factory needing layer_of: check_applied)
+        user = _user_algorithm(algorithm, registry.version())
+        if user is not None and not user.local_train:
+            raise ValueError(_no_local_train(algorithm, option, value))
 
     eps = _as_array("epsilon", epsilon, f"set epsilon to a finite privacy budget > 0 for {option}={value!r}")
     if not (np.all(np.isfinite(eps)) and np.all(eps >= np.finfo(np.float32).tiny)):
