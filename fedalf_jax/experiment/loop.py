@@ -644,53 +644,55 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
     bar = Progress(cfg.rounds, enabled=progress and writer, desc="fedalf run")
     kept = False  # the bar's line stays once rounds ran (else it is erased: the command's last line says why)
     try:
-        try:
-            exp, state = abandonable("loading data", bar, _prepare, cfg)
-        except _Abandoned:
-            raise Interrupted(0, [rd.path] if rd is not None else [], saved=False, signum=INTERRUPT.signum) from None
-        if announce and rd is not None and writer:
-            bar.write(f"fedalf: writing the run to {rd.path}")
-        start = 0
-        slot = Slot(cfg, rd if writer else None)
-        if rd is not None:
-            found = None
-            if resume:
-                try:
-                    found = abandonable("loading checkpoint", bar, _load, cfg, rd, state)
-                except _Abandoned:
-                    raise Interrupted(0, [rd.path], saved=False, signum=INTERRUPT.signum) from None
-            if found is not None:
-                state = found  # checked against cfg's identity
-                start = int(state.round)
-                if start > cfg.rounds:
-                    raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
-                if start == cfg.rounds and rd.status() == "done":
-                    return Slot(cfg, rd, rows=rows_of(rd), status="done")  # nothing left to run
-                if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
-                    return _rebuild_summary(cfg, rd, state, writer)
-            elif resume and writer:
-                bar.write(f"fedalf: nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
-            if writer:
-                slot.writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv first
-                                          extra=extra_columns(exp.spec.algorithm))
-                rd.clear_summary()
-                rd.write_config(cfg)
-                rd.write_clients(exp.source, exp.partition.summary(exp.labels))
-        bar.set_initial(start)
-        prog = Program(exp.spec, progress=bar)
-
-        def show(slot, row):
+        with bar.warnings_above():  # e.g. a resume's notice about a damaged checkpoint: a line of its own
             try:
-                eps = accounting.epsilon_spent(cfg, int(row["round"]))
-            except Exception:  # noqa: BLE001 - the progress line never stops a run (summary.json says why)
-                eps = None
-            bar.postfix(acc=f"{row['mean_acc']:.4f}", angle=f"{row['angle_deg']:.2f}°",
-                        s_round=f"{row['seconds_per_round']:.3f}", **({} if eps is None else {"eps": f"{eps:.3g}"}))
+                exp, state = abandonable("loading data", bar, _prepare, cfg)
+            except _Abandoned:
+                raise Interrupted(0, [rd.path] if rd is not None else [], saved=False,
+                                  signum=INTERRUPT.signum) from None
+            if announce and rd is not None and writer:
+                bar.write(f"fedalf: writing the run to {rd.path}")
+            start = 0
+            slot = Slot(cfg, rd if writer else None)
+            if rd is not None:
+                found = None
+                if resume:
+                    try:
+                        found = abandonable("loading checkpoint", bar, _load, cfg, rd, state)
+                    except _Abandoned:
+                        raise Interrupted(0, [rd.path], saved=False, signum=INTERRUPT.signum) from None
+                if found is not None:
+                    state = found  # checked against cfg's identity
+                    start = int(state.round)
+                    if start > cfg.rounds:
+                        raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
+                    if start == cfg.rounds and rd.status() == "done":
+                        return Slot(cfg, rd, rows=rows_of(rd), status="done")  # nothing left to run
+                    if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
+                        return _rebuild_summary(cfg, rd, state, writer)
+                elif resume and writer:
+                    bar.write(f"fedalf: nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
+                if writer:
+                    slot.writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv first
+                                              extra=extra_columns(exp.spec.algorithm))
+                    rd.clear_summary()
+                    rd.write_config(cfg)
+                    rd.write_clients(exp.source, exp.partition.summary(exp.labels))
+            bar.set_initial(start)
+            prog = Program(exp.spec, progress=bar)
 
-        try:
-            train(prog, [slot], state, exp.hp, exp.data, start=start, progress=bar, on_row=show)
-        finally:
-            kept = bool(slot.rows)
+            def show(slot, row):
+                try:
+                    eps = accounting.epsilon_spent(cfg, int(row["round"]))
+                except Exception:  # noqa: BLE001 - the progress line never stops a run (summary.json says why)
+                    eps = None
+                bar.postfix(acc=f"{row['mean_acc']:.4f}", angle=f"{row['angle_deg']:.2f}°",
+                            s_round=f"{row['seconds_per_round']:.3f}", **({} if eps is None else {"eps": f"{eps:.3g}"}))
+
+            try:
+                train(prog, [slot], state, exp.hp, exp.data, start=start, progress=bar, on_row=show)
+            finally:
+                kept = bool(slot.rows)
     finally:
         bar.close(failed=not kept)
     if slot.status == "diverged":

@@ -15,6 +15,7 @@ import contextlib
 import sys
 import threading
 import time
+import warnings
 from typing import Optional
 
 
@@ -176,6 +177,25 @@ class Progress:
             return
         with self._lock:
             self._bar.write(line, file=sys.stderr)
+
+    @contextlib.contextmanager
+    def warnings_above(self):
+        """While the block runs, the warnings shown (``warnings.showwarning``, from any thread) are written
+        above the bar, on lines of their own, not into its line."""
+        if self._bar is None:
+            yield
+            return
+        show = warnings.showwarning
+
+        def above(*args, **kw):
+            with self._lock, type(self._bar).external_write_mode(file=sys.stderr):
+                show(*args, **kw)
+        warnings.showwarning = above
+        try:
+            yield
+        finally:
+            if warnings.showwarning is above:
+                warnings.showwarning = show
 
     def postfix(self, **kw) -> None:
         if self._bar is not None:
