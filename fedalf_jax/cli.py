@@ -111,8 +111,9 @@ _HP_SWEEP = ("the algorithm's own hyper-parameters, NAME=VALUE[,VALUE...] (repea
              "(default: the algorithm's declared values)")
 
 
-_CTRL_C = ("Ctrl-C: the rounds in flight finish, then the metrics and a checkpoint of the last round are "
-           "written and the command exits with status 130, printing how to resume (--resume); a second "
+_CTRL_C = ("Ctrl-C: the round in flight finishes, then its metrics and a checkpoint of it are written (before the "
+           "first round: the command stops at once, leaving nothing) and the command exits with status 130, "
+           "printing how to resume (--resume); a second "
            "Ctrl-C exits at once, leaving the last checkpoint intact. SIGTERM, SIGHUP and SIGUSR1 do the same "
            "(exit status 143, 129, 138; Slurm: --signal=TERM@120, docs/scaling.md). Only one process may write "
            "a folder at a time.")
