@@ -1,9 +1,10 @@
 """A pure chunk of training: ``length`` rounds, then an evaluation of every client, as one program.
 
 PureJaxRL's ``make_train(config) -> train(rng)`` is the model: :func:`make_chunk` returns a pure
-function ``chunk(state, hp, data) -> (state, ChunkOut)``; a run is a Python loop over chunks between
-evaluations, and a sweep is ``jax.vmap(chunk)`` over a leading run axis of ``state``, ``hp`` and the
-clients' index rows (the data pool is shared). ``data`` is an argument rather than a closure so
+function ``chunk(state, hp, data) -> (state, ChunkOut)``. The run loop (:mod:`fedalf_jax.experiment.loop`)
+calls one round at a time (``run_rounds`` of 1, so that a signal is answered after the round in flight)
+and ``make_chunk(spec, 0)`` for each evaluation; a sweep maps them (``jax.vmap`` or ``lax.map``) over a
+leading run axis of ``state``, ``hp`` and the clients' index rows (the data pool is shared). ``data`` is an argument rather than a closure so
 that the pool is not baked into the compiled program as a constant.
 """
 
