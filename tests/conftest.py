@@ -1,11 +1,47 @@
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 # Tests run on the CPU with small synthetic data; keep XLA from grabbing every core's worth of threads
 # beyond what the 2-core CI machine has.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The CLI's persistent compilation cache (~/.cache/fedalf_jax/jax) stays off in tests, also in the CLI
-# subprocesses they start; tests/test_startup.py turns it on in folders of its own.
-os.environ.setdefault("FEDALF_COMPILE_CACHE", "off")
+
+# One persistent compilation cache for the whole test session, in a temporary folder removed at its end
+# (never the user's ~/.cache/fedalf_jax/jax): the tests build the same tiny programs again and again
+# (every loop.run, sweep and `fedalf` subprocess compiles its programs afresh), and a program loaded
+# from the cache is the one compiled, so results are bit for bit those without it. JAX keys each entry
+# on the program, its compile options and the versions, so no test can load another's different program.
+# One folder per xdist worker (the CLI subprocesses a test starts share its worker's): JAX writes an
+# entry in place, and a worker reading an entry the other is writing would get it cut short (a warning
+# and a compile, see fedalf_jax/experiment/cache.py). FEDALF_COMPILE_CACHE set by the caller wins
+# (`off`: no cache; a folder: shared by every worker, kept). tests/test_startup.py tests the cache in
+# folders of its own.
+_SESSION_ROOT = "FEDALF_TEST_COMPILE_CACHE_ROOT"  # made by the first process (the xdist controller)
+_PREFIX = "fedalf-test-compile-cache-"
+_MADE_HERE = None
+
+
+def _remove_stale_folders():
+    """The folders of sessions that were killed before they could remove their own (named by their pid)."""
+    if os.name != "posix":
+        return
+    for d in Path(tempfile.gettempdir()).glob(_PREFIX + "*-*"):
+        pid = d.name[len(_PREFIX):].split("-")[0]
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (ValueError, OSError):
+            pass
+
+
+if _SESSION_ROOT not in os.environ:
+    _remove_stale_folders()
+    _MADE_HERE = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+    os.environ[_SESSION_ROOT] = _MADE_HERE
+os.environ.setdefault("FEDALF_COMPILE_CACHE", os.path.join(os.environ[_SESSION_ROOT],
+                                                           os.environ.get("PYTEST_XDIST_WORKER", "main")))
 
 import jax  # noqa: E402
 
@@ -13,19 +49,81 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 import pytest  # noqa: E402
 
+from fedalf_jax.experiment.cache import cache_dir, configure  # noqa: E402
+
+
+def _cache_loads_here(folder: Path) -> bool:
+    """Whether XLA:CPU loads the programs it wrote to a cache on this machine: on some Intel AVX-512 CPUs
+    it rejects every entry, with an error line on stderr for each (jax-ml/jax#38445), which would reach
+    the stderr the tests read. A tiny program compiled, then loaded, in this process, stderr watched."""
+    import warnings
+    import jax.numpy as jnp
+    hits = []
+    listen = lambda event, **_: hits.append(event) if event.endswith("/cache_hits") else None  # noqa: E731
+    configure(folder)
+    jax.monitoring.register_event_listener(listen)
+    with tempfile.TemporaryFile() as err, warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            for _ in range(2):
+                jax.jit(lambda x: jnp.sin(x) * 3.0)(jnp.arange(5.0)).block_until_ready()
+                jax.clear_caches()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if hasattr(jax.monitoring, "unregister_event_listener"):  # older JAX: it stays, and only counts
+                jax.monitoring.unregister_event_listener(listen)
+        err.seek(0)
+        said = err.read()
+    configure(None)
+    cut_short = [w for w in warned if "persistent compilation cache" in str(w.message)]
+    return bool(hits) and not cut_short and b"doesn't match" not in said
+
+
+if _MADE_HERE is not None and os.environ["FEDALF_COMPILE_CACHE"].startswith(_MADE_HERE):
+    if not _cache_loads_here(Path(_MADE_HERE) / "probe"):  # off for every worker and subprocess too
+        os.environ["FEDALF_COMPILE_CACHE"] = "off"
+_CACHE = cache_dir()  # the folder in use (None: off)
+configure(_CACHE)  # for the tests' own calls of loop.run and sweep; main() configures itself the same way
+
+
+def pytest_unconfigure(config):
+    if _MADE_HERE is not None:  # the process that made the folder, after its workers have stopped
+        shutil.rmtree(_MADE_HERE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _session_compile_cache():
+    """After a test that pointed JAX's cache elsewhere (main() with another FEDALF_COMPILE_CACHE,
+    tests/test_startup.py's own folders), the session's again."""
+    yield
+    want = _CACHE is not None
+    if (jax.config.jax_enable_compilation_cache != want
+            or (want and jax.config.jax_compilation_cache_dir != str(_CACHE))):
+        configure(_CACHE)
+
 
 @pytest.fixture
-def compile_cache(tmp_path, monkeypatch):
-    """A persistent compilation cache for one test, as a user's repeated commands share one: a test that
-    compiles the same program several times (a sweep, then each of its runs alone; a run, then its
-    resume; the CLI subprocesses it starts) compiles it once and loads it after. A loaded program is the
-    one compiled, so results are bit for bit those without the cache. Off again after the test."""
-    from fedalf_jax.experiment.cache import configure
-    path = tmp_path / "compile-cache"
-    monkeypatch.setenv("FEDALF_COMPILE_CACHE", str(path))  # main() and subprocesses
-    configure(path)  # calls of loop.run and sweep made by the test itself
-    yield path
-    configure(None)
+def compile_cache():
+    """The session's compilation cache (above), named by the tests that compile one program several
+    times (a sweep then its single runs, a run then its resume, the CLI subprocesses they start)."""
+    return _CACHE
+
+
+# The quick tier, `pytest -m quick` (README): a first check after set-up, in well under 3 minutes on a
+# 2-core CPU. Whole files, one or more per layer, none that starts a `fedalf` subprocess or runs more
+# than a few tiny rounds: the algorithms' steps against hand-computed ones, the QP solvers, fairness,
+# metrics, data and partitions, the CLI's options and one-line errors, the run loop on tiny runs.
+QUICK = frozenset({"test_algorithms.py", "test_metrics.py", "test_help.py", "test_client.py"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in QUICK:
+            item.add_marker(pytest.mark.quick)
 
 
 # --- two xdist workers by default (issue 38, item 6) -----------------------------------------------------
