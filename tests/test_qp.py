@@ -429,3 +429,32 @@ def test_bad_bounds_are_one_line(kw, message):
   with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
     solve_simplex_qp(jnp.eye(3), **kw)
   assert "\n" not in str(e.value)
+
+
+def test_bounded_active_set_alone_reaches_the_optimum_from_a_wrong_vertex():
+  # The polish is an active-set method of its own: started at a vertex of the box (every coordinate but one at
+  # a bound, most of them wrongly), it must release and add bounds until it reaches the float64 optimum. On a
+  # well-conditioned Q: on a singular or ill-conditioned one (cond 1e6) its ridge-regularised float32 steps can
+  # cycle, and the answer rests on FISTA's point (test_bounded_matches_the_float64_enumeration).
+  # Without releasing a bound (the mutation `release = viol[r] > 1e9`) it reaches the optimum in few cases.
+  from fedalf_jax.sim import qp
+  Q, M, LO, HI = box_problems(40, 5, seed=24)
+  tried = reached = 0
+  for q, k, lo, hi in zip(Q, M, LO, HI):
+    q, lo, hi = q[np.ix_(k, k)], lo[k], hi[k]
+    if np.linalg.matrix_rank(q) < len(lo) or np.linalg.cond(q) > 1e4:
+      continue
+    tried += 1
+    s = np.mean(np.diag(q))
+    x0 = lo.copy()
+    for j in range(len(lo))[::-1]:  # fill the mass left from the last coordinate down
+      x0[j] += min(hi[j] - lo[j], 1.0 - x0.sum())
+    qs, a, b = (jnp.asarray(v, jnp.float32) for v in (q / s, lo, hi))
+    score = lambda qq, x: qp._box_score(qq, x, a, b, 1e-7)  # noqa: E731
+    x, steps = qp._box_polish(qs, jnp.asarray(x0, jnp.float32), a, b, score, 2 * len(lo) + 20)
+    x = np.asarray(x, np.float64)
+    ref = box_reference(q, lo, hi)
+    assert 0.5 * x @ q @ x <= 0.5 * x0 @ q @ x0 + 1e-7 * s   # never worse than its start
+    reached += 0.5 * x @ q @ x - 0.5 * ref @ q @ ref <= 1e-6 * s
+  # Not all: a degenerate step (a released coordinate blocked at once) can make it cycle.
+  assert tried >= 10 and reached >= 0.9 * tried, (reached, tried)
