@@ -25,7 +25,7 @@ LAST = 3
 def make_run(root: Path, name: str, *, final_acc: float, final_angle: float, status: str = "done",
              **options) -> dict:
     """A run directory with 6 evaluations ending at ``final_acc`` / ``final_angle``; returns its curves.
-    ``status``: done / diverged (summary.json says so) / running (no summary.json)."""
+    ``status``: done / diverged (summary.json says so) / running (no summary.json, nor the last evaluation)."""
     cfg = Config(**{"dataset": "fmnist", "partition": "pat1", "model": "mlp", "clients": 4,
                     "clients_per_round": 2, "rounds": ROUNDS, "eval_every": 10, **options})
     rd = RunDir(root / name)
@@ -33,7 +33,8 @@ def make_run(root: Path, name: str, *, final_acc: float, final_angle: float, sta
     rd.write_config(cfg)
     acc, angle = final_acc + ACC_SWING, final_angle + ANGLE_SWING
     w = rd.writers(cfg)[0]
-    for t, a, g in zip(EVAL_ROUNDS, acc, angle):
+    upto = len(EVAL_ROUNDS) - (status == "running")  # a run in progress has not reached its last round
+    for t, a, g in list(zip(EVAL_ROUNDS, acc, angle))[:upto]:
         per_client = {f"acc_{i}": a + o for i, o in enumerate(CLIENT_OFFSETS)}
         w.write_scalars(int(t), {"mean_acc": a, "angle": math.radians(g), "angle_deg": g, **per_client})
     w.close()
@@ -315,3 +316,29 @@ def test_privacy_spent_column(tmp_path):
     assert table["LDP-FedAvg"]["eps_spent"] == "" and table["FedAvg"]["eps_spent"] == ""
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "ε spent: 9.5 (δ=1e-05)" in md and "### Privacy spent" in md and "per one client" in md
+
+
+def test_runs_of_an_algorithm_registered_in_another_process_are_read_from_their_metrics(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """Issue 37.7: runs of ``fj.register_algorithm("mine", ...)`` made in a notebook were "2 unreadable" in
+    ``fedalf report`` (another process), which needs only their config.json and metrics.csv."""
+    import fedalf_jax as fj
+    from fedalf_jax.experiment import registry
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))  # the checkout's examples/
+    from examples.fedadam import fedadam
+    fj.register_algorithm("mine_elsewhere", fedadam)
+    for seed, acc in ((0, 0.6), (1, 0.7)):
+        make_run(tmp_path / "runs", f"s{seed}", final_acc=acc, final_angle=30.0, algorithm="mine_elsewhere",
+                 seed=seed, hp={"beta1": 0.8})
+    monkeypatch.delitem(registry._REGISTERED["algorithm"], "mine_elsewhere")  # as in a new process
+    monkeypatch.setitem(registry._VERSION, "n", registry._VERSION["n"] + 1)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("read 2 runs of algorithm 'mine_elsewhere' from their config.json and metrics.csv only: it is "
+                      "not registered in this process (fj.register_algorithm it before report(), or name it "
+                      "module:attribute), so their options were not checked: s0, s1"), out
+    assert not any("unreadable" in line for line in out)
+    (row,) = list(csv.DictReader(open(tmp_path / "rep" / "table.csv")))
+    assert row["algorithm"] == "mine_elsewhere" and row["seeds"] == "2"
+    assert float(row["final_acc_mean"]) == pytest.approx(0.65)

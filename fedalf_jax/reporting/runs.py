@@ -12,6 +12,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..experiment import registry
 from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
 from ..experiment.guarantee import privacy_guarantee
 from ..experiment.identity import USED_BY, flat_options, partition_ignores
@@ -66,12 +67,40 @@ class Run:
 def resolved_config(d: dict) -> dict:
     """The config dict with ``None`` options replaced by their resolved values (``Config.resolved_*``), and
     the algorithm's own hyper-parameters as one ``hp.NAME`` entry each (``identity.flat_options``)."""
-    cfg = Config.from_dict(d)
+    try:
+        cfg = Config.from_dict(d)
+    except ConfigError:
+        if unresolved_algorithm(d) is None:
+            raise
+        cfg = _unchecked_config(d)  # its metrics are all a report needs
     out = cfg.to_dict()
     for k, v in out.items():
         if v is None and hasattr(Config, f"resolved_{k}"):
             out[k] = getattr(cfg, f"resolved_{k}")
     return flat_options(out)
+
+
+def unresolved_algorithm(d: dict) -> Optional[str]:
+    """The algorithm of config dict ``d`` when this process cannot resolve it (a name registered with
+    ``fj.register_algorithm`` in another process, a module that no longer imports), else ``None``."""
+    name = d.get("algorithm")
+    if not isinstance(name, str) or name in ALGORITHMS:
+        return None
+    try:
+        registry.lookup("algorithm", name, ALGORITHMS)
+    except registry.RegistryError:
+        return name
+    return None
+
+
+def _unchecked_config(d: dict) -> Config:
+    """``d``'s options (the defaults for those it lacks) as a :class:`Config`, not validated: the algorithm
+    cannot be built here, so its own checks cannot run; its resolved defaults are a user algorithm's."""
+    cfg = object.__new__(Config)
+    for f in dataclasses.fields(Config):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        object.__setattr__(cfg, f.name, d.get(f.name, default))
+    return cfg
 
 
 def base_label(cfg: dict) -> str:
@@ -247,6 +276,10 @@ def run_guarantee(rd: RunDir) -> Optional[dict]:
     for rec in ((summary if isinstance(summary, dict) else {}).get("privacy"), raw.get("privacy")):
         if isinstance(rec, dict) and rec.get("guarantee") in ("holds", "does not hold"):
             return {"guarantee": rec["guarantee"], "why": str(rec.get("why", ""))}
+    if unresolved_algorithm(raw) is not None:  # its declarations (private_upload, ...) cannot be read here
+        if raw.get("ldp", "none") == "none" and raw.get("dp", "none") == "none":
+            return None
+        return {"guarantee": "unknown", "why": f"algorithm {raw['algorithm']!r} is not registered in this process"}
     cfg = Config.from_dict(raw)
     if cfg.ldp == "none" and cfg.dp == "none":
         return None
@@ -290,7 +323,7 @@ def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], l
     (``running``, ``new``, ``diverged``, ``empty``: done without evaluations, ``unreadable``: a bad
     config.json), and the messages saying so. A damaged ``metrics.csv`` of a done run is refused
     (:class:`DamagedFile`, one line naming the file and line): its rows would skew the table."""
-    runs, skipped, unreadable = [], defaultdict(list), []
+    runs, skipped, unreadable, unknown = [], defaultdict(list), [], defaultdict(list)
     for rd in rundirs:
         try:
             status = _ended(rd, rd.status())
@@ -305,12 +338,18 @@ def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], l
             unreadable.append(f"skipped {rd.name}: {e}")
             continue
         runs.append(run)
+        if (name := unresolved_algorithm(rd.config_dict())) is not None:
+            unknown[name].append(run.name)
         if run.status != "done":
             skipped[run.status].append(run.name)
     messages = [f"skipped {_plural(len(names), f'{status} run')}"
                 + (f" ({_WHY[status]})" if status in _WHY else "") + f": {_shorten(sorted(names))}"
                 for status, names in skipped.items() if status != "unreadable"]
-    return runs, dict(skipped), messages + unreadable
+    fallback = [f"read {_plural(len(names), 'run')} of algorithm {name!r} from their config.json and metrics.csv "
+                f"only: it is not registered in this process (fj.register_algorithm it before report(), or name it "
+                f"module:attribute), so their options were not checked: {_shorten(sorted(names))}"
+                for name, names in unknown.items()]
+    return runs, dict(skipped), fallback + messages + unreadable
 
 
 # ---- cells and η --------------------------------------------------------------------------------
