@@ -259,15 +259,17 @@ def test_sigterm_mid_chunk_stops_after_the_round_in_flight_and_a_resume_evaluate
     assert "(stopping after round " in text and "finishing round " in text, text
     assert f"interrupted by SIGTERM after round {cut}: the metrics and a checkpoint of round {cut} are saved" in text
     assert took < 60, took  # the round in flight (milliseconds here) and the cut round's evaluation
-    # Resumed with another cadence (not part of a run's identity): it evaluates at its usual rounds again
-    # (multiples of 5 after the cut) and ends where the uninterrupted run ends, bit for bit.
-    end = (cut // 5 + 2) * 5
+    # Resumed with another cadence (not part of a run's identity) that the cut round is not a multiple of: it
+    # evaluates at its usual rounds again (multiples of ee after the cut) and ends where the uninterrupted run
+    # ends, bit for bit.
+    ee = next(e for e in (5, 6, 7) if cut % e)
+    end = (cut // ee + 2) * ee
     again = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", "--resume", "--out", str(a), "--rounds",
-                            str(end), "--eval-every", "5", "--no-progress"], cwd=REPO, env=_env(), capture_output=True,
-                           text=True, timeout=300)
+                            str(end), "--eval-every", str(ee), "--no-progress"], cwd=REPO, env=_env(),
+                           capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     b = tmp_path / "b"
-    assert main(["run", *opts, "--rounds", str(end), "--eval-every", "5", "--no-progress", "--out", str(b)]) == 0
+    assert main(["run", *opts, "--rounds", str(end), "--eval-every", str(ee), "--no-progress", "--out", str(b)]) == 0
     after = [r for r in _rounds(b) if r > cut]
     assert _rounds(a) == [0, cut, *after] and after[-1] == end
     ma, mb = _columns(a), _columns(b)
