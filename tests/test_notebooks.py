@@ -160,6 +160,10 @@ def test_explore_runs_shows_personalised_models_beside_the_global_one(run_notebo
                    ("personal_angle_deg", "personal_angle_deg")):
         assert float(got[k]) == pytest.approx(round(m[col], 4)), k
     assert float(got["personal_acc"]) == 1.0 and float(got["global_acc"]) == pytest.approx(0.3333)
+    # issue 37.7: the run table has the algorithm's own hyper-parameter (Ditto's λ), as config.json has it
+    at = next(i for i, line in enumerate(lines) if line.split()[:2] == ["name", "algorithm"])
+    got = dict(zip(lines[at].split(), next(line for line in lines[at:] if line.startswith("ditto ")).split()))
+    assert float(got["hp.lam"]) == 0.3 and got["status"] == "done", got
 
 
 # ---- where FEDALF_RUNS points (fedalf_jax.experiment.explore), without a kernel -------------------------

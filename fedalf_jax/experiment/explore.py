@@ -61,3 +61,28 @@ def runs_to_explore(environ: Optional[Mapping[str, str]] = None,
         raise NoRunsError(f"FEDALF_RUNS={given} ({found.resolve()}) holds no run directories (no config.json below "
                           f"it); pass the --out of fedalf run or fedalf sweep, or unset FEDALF_RUNS for a demo")
     return found.resolve(), runs, f"{len(runs)} run directories under {found.resolve()} (FEDALF_RUNS={given})"
+
+
+def final_row(rd: RunDir, m: Optional[dict] = None) -> dict:
+    """The run's last evaluation: ``summary.json``'s final row, else the last row of ``metrics.csv``
+    (``m``: its columns, read if not given); ``{}`` for a run with nothing evaluated yet."""
+    final = (rd.summary() or {}).get("final")
+    if final:
+        return final
+    m = rd.metrics() if m is None else m
+    if m and len(m.get("round", ())):
+        return {k: v[-1] for k, v in m.items()}
+    return {}
+
+
+def run_row(rd: RunDir, m: Optional[dict] = None) -> dict:
+    """One row of the notebook's run table: the main options, the algorithm's own hyper-parameters (one
+    ``hp.NAME`` column each, as ``config.json`` records them: FedAdam's ``hp.beta1``, Ditto's ``hp.lam``),
+    the status and the last evaluation."""
+    cfg = rd.config_dict()
+    last = final_row(rd, m)
+    own = cfg.get("hp") if isinstance(cfg.get("hp"), dict) else {}
+    return {"name": rd.name, "algorithm": cfg["algorithm"], "partition": cfg["partition"], "model": cfg["model"],
+            "lr": cfg["lr"], **{f"hp.{k}": v for k, v in own.items()}, "seed": cfg["seed"], "status": rd.status(),
+            "round": last.get("round", float("nan")), "mean_acc": last.get("mean_acc", float("nan")),
+            "angle_deg": last.get("angle_deg", float("nan"))}
