@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,14 +63,7 @@ def test_user_fedavg_equals_the_builtin_bit_for_bit(tmp_path):
 
 # ---- FedDyn against a hand-computed round -------------------------------------------------------------
 
-class Bias(nn.Module):
-    """Logits = one bias vector b for every example (no ``train`` argument: a user's plain module)."""
-    num_classes: int
-
-    @nn.compact
-    def __call__(self, x):
-        b = self.param("b", nn.initializers.zeros, (self.num_classes,))
-        return jnp.broadcast_to(b, (x.shape[0], self.num_classes))
+from helpers import Bias  # noqa: E402 - logits = one bias vector b for every example (a user's plain module)
 
 
 TRAIN_LABELS = [[0, 0, 1], [1, 2], [2, 2, 2, 0]]

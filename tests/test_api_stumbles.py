@@ -27,14 +27,7 @@ TINY = dict(dataset="synthetic", model="mlp", clients=6, clients_per_round=3, ro
 X6, Y6 = np.zeros((6, 2), np.float32), np.array([0, 1, 2, 0, 1, 2])
 
 
-class Bias(nn.Module):
-    """Logits = one bias vector for every example."""
-    num_classes: int
-
-    @nn.compact
-    def __call__(self, x):
-        b = self.param("b", nn.initializers.zeros, (self.num_classes,))
-        return jnp.broadcast_to(b, (x.shape[0], self.num_classes))
+from helpers import Bias  # noqa: E402 - logits = one bias vector for every example
 
 
 def _own_lists(name):

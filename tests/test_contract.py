@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import chex
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,14 +29,8 @@ B = 2                    # batch size: τ_i = ⌈n_i / 2⌉ = 2, 1, 3 local step
 TAU = [2, 1, 3]
 
 
-class Bias(nn.Module):
-    """Logits = one bias vector b for every example: f_i(b) = logsumexp(b) − b_{y_i}, ∇f_i = softmax(b) − e_{y_i}."""
-    num_classes: int
-
-    @nn.compact
-    def __call__(self, x):
-        b = self.param("b", nn.initializers.zeros, (self.num_classes,))
-        return jnp.broadcast_to(b, (x.shape[0], self.num_classes))
+# Bias: logits = one bias vector b for every example: f_i(b) = logsumexp(b) − b_{y_i}, ∇f_i = softmax(b) − e_{y_i}
+from helpers import Bias  # noqa: E402
 
 
 def _register():

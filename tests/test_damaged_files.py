@@ -9,7 +9,6 @@ refused ``--resume --rounds`` of a ``--dp central`` run or sweep rewrites nothin
 Expectations are independent of the code under test: literal line numbers and round lists, file bytes
 before and after, exit statuses, the original ``summary.json``."""
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -18,32 +17,11 @@ import pytest
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.rundir import RunDir
+from helpers import cli as _cli, hashes as _hashes, one_line_error as _one_line_error, rounds as _rounds
 
 TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "4", "--clients-per-round", "2",
         "--synthetic-train", "200", "--synthetic-test", "80", "--rounds", "2", "--eval-every", "1",
         "--algorithm", "fedavg", "--no-progress"]
-
-
-def _cli(capsys, argv):
-    capsys.readouterr()
-    code = main(argv)
-    return code, capsys.readouterr().err
-
-
-def _one_line_error(code, err, *needles):
-    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    for n in needles:
-        assert n in err, err
-
-
-def _hashes(folder: Path) -> dict:
-    """Every file below ``folder`` (but the lock) to its bytes' hash."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".fedalf.lock"}
-
-
-def _rounds(folder: Path) -> list:
-    return [int(r) for r in RunDir(folder).metrics()["round"]]
 
 
 @pytest.fixture(scope="module")

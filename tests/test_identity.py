@@ -5,7 +5,6 @@ options' resolved values (not whether a default was spelled out).
 Each expectation is independent of the code under test: literal round lists, file bytes before and
 after, a process's exit status and its one line on stderr."""
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -13,34 +12,13 @@ from pathlib import Path
 import pytest
 
 from fedalf_jax.cli import main
-from fedalf_jax.experiment.rundir import LOCK, RunDir
 from fedalf_jax.problem import data as D
 from test_data import write_fmnist
+from helpers import cli as _cli, hashes as _hashes, one_line_error as _one_line_error, rounds as _rounds
 
 SMALL = ["--model", "mlp", "--clients", "2", "--clients-per-round", "2", "--partition", "iid", "--rounds", "2",
          "--eval-every", "1", "--algorithm", "fedavg", "--no-progress"]
 SYNTH = ["--dataset", "synthetic", "--synthetic-train", "200", "--synthetic-test", "80", *SMALL]
-
-
-def _cli(capsys, argv):
-    capsys.readouterr()
-    code = main(argv)
-    return code, capsys.readouterr().err
-
-
-def _one_line_error(code, err, *needles):
-    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    for n in needles:
-        assert n in err, err
-
-
-def _hashes(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK}
-
-
-def _rounds(folder: Path) -> list:
-    return [int(r) for r in RunDir(folder).metrics()["round"]]
 
 
 # ---- 4. the data's arrays are part of the identity, the folder they lie in is not -------------------------

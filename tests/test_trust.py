@@ -7,7 +7,6 @@ without --out still keeps what it computes.
 Each expectation is independent of the code under test: file bytes before and after, literal round
 lists, the exact set of files in a folder, a process's exit status."""
 
-import hashlib
 import json
 import os
 import signal
@@ -21,35 +20,13 @@ import numpy as np
 import pytest
 
 from fedalf_jax.cli import main
-from fedalf_jax.experiment import rundir as R
 from fedalf_jax.experiment.rundir import RunDir
+from helpers import cli as _cli, hashes as _hashes, one_line_error as _one_line_error, rounds as _rounds
 
 TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "4", "--clients-per-round", "2",
         "--synthetic-train", "200", "--synthetic-test", "80", "--rounds", "2", "--eval-every", "1",
         "--algorithm", "fedavg", "--no-progress"]
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _cli(capsys, argv):
-    capsys.readouterr()
-    code = main(argv)
-    return code, capsys.readouterr().err
-
-
-def _one_line_error(code, err, *needles):
-    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    for n in needles:
-        assert n in err, err
-
-
-def _hashes(folder: Path) -> dict:
-    """Every file below ``folder`` (but the lock) to its bytes' hash."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != R.LOCK}
-
-
-def _rounds(folder: Path) -> list:
-    return [int(r) for r in RunDir(folder).metrics()["round"]]
 
 
 # ---- 1. a run directory knows whose it is -----------------------------------------------------------
