@@ -342,3 +342,27 @@ def test_runs_of_an_algorithm_registered_in_another_process_are_read_from_their_
     (row,) = list(csv.DictReader(open(tmp_path / "rep" / "table.csv")))
     assert row["algorithm"] == "mine_elsewhere" and row["seeds"] == "2"
     assert float(row["final_acc_mean"]) == pytest.approx(0.65)
+
+
+def test_short_curves_have_markers_and_whole_round_ticks(tmp_path, monkeypatch):
+    """Issue 36.10: a 3-evaluation curve was a bare polyline with ticks at 0.5-round steps (2.5 rounds)."""
+    import sys
+    from fedalf_jax.reporting import figures
+    here = sys.modules[__name__]
+    monkeypatch.setattr(here, "ROUNDS", 2)
+    monkeypatch.setattr(here, "EVAL_ROUNDS", np.arange(3))
+    monkeypatch.setattr(here, "ACC_SWING", np.array([-0.2, -0.1, 0.0]))
+    monkeypatch.setattr(here, "ANGLE_SWING", np.array([5.0, 2.0, 0.0]))
+    for seed in (0, 1):
+        make_run(tmp_path / "runs", f"s{seed}", final_acc=0.5 + 0.1 * seed, final_angle=20.0, seed=seed,
+                 eval_every=1)
+    drawn = []
+    real = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, path: (drawn.append(fig), real(fig, path))[1])
+    report([str(tmp_path / "runs")], str(tmp_path / "rep"))
+    (fig,) = [f for f in drawn if len(f.axes) == 2 and f.axes[0].get_xlabel() == "round"]
+    for ax in fig.axes:
+        (line,) = ax.get_lines()
+        assert list(line.get_xdata()) == [0, 1, 2] and line.get_marker() == "o"
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks

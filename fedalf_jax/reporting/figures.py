@@ -29,10 +29,20 @@ def _curve(runs: list[Run], attr: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return common, vals.mean(axis=0), std
 
 
+FEW_POINTS = 20  # a curve of at most this many evaluations shows each as a marker
+
+
 def _band(ax, cell: Cell, attr: str) -> None:
     x, mean, std = _curve(cell.runs, attr)
-    (line,) = ax.plot(x, mean, label=f"{cell.variant} (η={cell.eta:g})", lw=1.2)
+    marker = {"marker": "o", "ms": 4} if len(x) <= FEW_POINTS else {}  # 3 points are not a line to read
+    (line,) = ax.plot(x, mean, label=f"{cell.variant} (η={cell.eta:g})", lw=1.2, **marker)
     ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+
+
+def _round_axis(ax) -> None:
+    """Rounds are whole: ticks at integers only (matplotlib put them at 2.5 rounds on a short run)."""
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _save(fig, path: Path) -> Path:
@@ -55,6 +65,8 @@ def curves_figure(cells: list[Cell], path: Path, title: str) -> Path:
         _band(ax_ang, c, "angle")
     ax_acc.set(xlabel="round", ylabel="mean accuracy", title=f"accuracy ({title})")
     ax_ang.set(xlabel="round", ylabel="fairness angle (°)", title=f"angle ({title})")
+    _round_axis(ax_acc)
+    _round_axis(ax_ang)
     ax_acc.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)
     return _save(fig, path)
 
@@ -126,6 +138,7 @@ def privacy_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
     for c in fedalf:
         _band(ax, c, "acc")
     ax.set(xlabel="round", ylabel="mean accuracy", title=f"privacy ({title})")
+    _round_axis(ax)
     ax.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)
     return _save(fig, path)
 
