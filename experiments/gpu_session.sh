@@ -84,7 +84,7 @@ if ! "$PY" -c "import jax; print('jax', jax.__version__, 'backend', jax.default_
 fi
 BACKEND=$("$PY" -c "import jax; print(jax.default_backend())" 2>/dev/null)
 if [ "$BACKEND" = cpu ] && [ -z "${ALLOW_CPU:-}" ]; then
-  echo "gpu_session: jax sees no GPU (backend cpu): install JAX's CUDA build, '$PY -m pip install -U \"jax[cuda12]\"' (README, GPU), or set ALLOW_CPU=1 for a dry run on the CPU" >&2
+  echo "gpu_session: jax sees no GPU (backend cpu): install JAX's CUDA build, '$PY -m pip install \"jax[cuda13]==0.10.2\"' (README, GPU), or set ALLOW_CPU=1 for a dry run on the CPU" >&2
   exit 1
 fi
 

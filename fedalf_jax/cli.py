@@ -419,9 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a fixed list of measurements, each written to --out as <name>.json (and its line of "
                         "the printed table) as soon as it is measured: gpu: round time of the CNN and the MLP "
                         "with FedAvg and FedALF, then sweep width W = 1, 8, 32, 64 (CNN FedALF, 5 rounds per "
-                        "call), stopping at the first W that runs out of memory; smoke: the same code in "
-                        "seconds on synthetic data. Config flags given replace the suite's options (a given "
-                        "--model or --algorithm keeps only its measurements); --sweep-width replaces its widths "
+                        "call), stopping at the first W that runs out of memory; smoke: the same code on "
+                        "synthetic data, minutes on a CPU (README). Config flags given replace the suite's "
+                        "options (a given --model or --algorithm keeps only its measurements, and one that keeps "
+                        "none is an error); --sweep-width replaces its widths "
                         "(default: none: one measurement of the options given)")
     b.add_argument("--part", nargs="+", default=None, choices=("round", "sweep"),
                    help="with --suite: only these parts of it (default: both)")
@@ -541,6 +542,8 @@ def _cmd_bench(args) -> int:
     for flag, v in (("--part", args.part), ("--budget", args.budget)):
         if v is not None:
             raise ConfigError(f"{flag} goes with --suite")
+    if args.json:  # its folder made, and checked writable, before minutes of measuring
+        _json_ready(Path(args.json))
     cfg = config_from_args(args)
     if args.against is not None:
         cfg.replace(algorithm=args.against)  # a wrong name: one line now, before anything is built
@@ -582,6 +585,19 @@ def _cmd_bench(args) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
     return 0
+
+
+def _json_ready(path: Path) -> None:
+    """``--json FILE``'s folder exists (made if not) and takes a file: one line now, not a traceback after
+    the measuring."""
+    if path.is_dir():
+        raise ConfigError(f"--json {path} is a folder; give a file name, e.g. {path / 'bench.json'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--json {path}: cannot create its folder ({e.strerror or e})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"--json {path} cannot be written (no permission); give another file")
 
 
 def _by(e) -> str:

@@ -87,6 +87,8 @@ def test_every_run_flag_refuses_bad_values_in_one_line(capsys, extra, needle):
 @pytest.mark.parametrize("argv, needle", [
     (["bench", *TINY[:-1], "--repeats", "0"], "--repeats"),
     (["bench", *TINY[:-1], "--sweep-width", "0"], "--sweep-width"),
+    (["bench", *TINY[:-1], "--json", "/proc/fedalf-cannot/bench.json"], "cannot create its folder"),  # before
+    (["bench", *TINY[:-1], "--json", "/"], "--json / is a folder"),  # the measuring, not a traceback after it
     (["report", "/nonexistent/runs", "--out", "/tmp/x"], "does not exist"),
     (["sweep", *TINY, "--out", "/proc/fedalf-cannot/x"], "cannot create"),
 ])

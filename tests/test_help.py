@@ -115,3 +115,19 @@ def test_pyproject_license_is_an_spdx_string():
     project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
     assert isinstance(project["license"], str) and project["license"] == "Apache-2.0"
     assert "setuptools>=77" in (README.parent / "pyproject.toml").read_text()  # the first to read the string form
+
+
+def test_the_smoke_suite_and_the_bench_json_are_described_truly():
+    """Issue 36.10: `--suite smoke` was "seconds" in --help and "a few minutes" in the README (it takes minutes);
+    the README's `fedalf bench --json bench.json` wrote into the checkout; its GPU section pinned no jax."""
+    import re
+    from pathlib import Path
+    from fedalf_jax.cli import build_parser
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]
+    (suite,) = [a for a in bench._actions if a.dest == "suite"]
+    assert "minutes on a CPU" in suite.help and "seconds" not in suite.help.split("smoke:")[1].split(".")[0]
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "`--suite smoke` runs the same code on tiny synthetic data on a CPU in minutes, not seconds" in readme
+    assert "ALLOW_CPU=1 SUITE=smoke" in readme  # the dry run of a GPU session
+    assert not re.search(r"--json (?!runs/)\S+\.json", readme)  # into runs/ (git-ignored), never the checkout
+    assert '"jax[cuda13]==0.10.2"' in readme and "jax 0.11.2 with CUDA 13" in readme

@@ -23,7 +23,7 @@ SUITES = {
     "gpu": dict(base={}, rounds=(("cnn", "fedavg"), ("cnn", "fedalf"), ("mlp", "fedavg"), ("mlp", "fedalf")),
                 round_repeats=10, sweep={"model": "cnn", "algorithm": "fedalf", "eval_every": 5},
                 widths=(1, 8, 32, 64), sweep_repeats=2),
-    # the same code path in seconds on a CPU (tests, a dry run before a GPU session)
+    # the same code path in minutes on a CPU (tests, a dry run before a GPU session; README, GPU)
     "smoke": dict(base={"dataset": "synthetic", "clients": 6, "clients_per_round": 3, "synthetic_train": 300,
                         "synthetic_test": 60, "eval_every": 1, "rounds": 2},
                   rounds=(("mlp", "fedavg"), ("mlp", "fedalf")), round_repeats=2,
