@@ -134,8 +134,9 @@ class Program:
     def compiled_round(self, state, hp, data):
         """One round (a ``lax.scan`` of 1: its metrics have a leading round axis of 1), no evaluation. The
         loop dispatches rounds one at a time, so that a signal is answered after the round in flight."""
-        make = lambda: self._jit(lambda s, h, d: run_rounds(self.spec, s, h, d, 1),  # noqa: E731
-                                 (0, 0, self.data_axes), donate=True)
+        def round(state, hp, data):  # its name names the program in the compilation cache: jit_round
+            return run_rounds(self.spec, state, hp, data, 1)
+        make = lambda: self._jit(round, (0, 0, self.data_axes), donate=True)  # noqa: E731
         return self._compile(("round",), make, (state, hp, data))
 
     def loop_programs(self, state, hp, data) -> list:
