@@ -156,7 +156,7 @@ def test_an_entry_cut_short_is_compiled_again_never_trusted(tmp_path):
 
 def test_progress_says_compiling_evaluating_and_which_rounds(two_runs):
     err = two_runs["second"]
-    for said in ("fedalf run (loading data)", "fedalf run (compiling)", "fedalf run (evaluating round 0)",
+    for said in ("fedalf run (compiling)", "fedalf run (evaluating round 0)",
                  "fedalf run (evaluating round 2)", "fedalf run (evaluating round 4)", "4/4"):
         assert said in err, (said, err[-2000:])
 

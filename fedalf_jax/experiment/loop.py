@@ -642,7 +642,7 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
          announce: bool = False) -> Slot:
     """The run: its bar from the start, so that loading the data and a checkpoint show with their clocks;
     a signal while they load stops it at once (nothing computed is lost: :class:`Interrupted`)."""
-    bar = Progress(cfg.rounds, enabled=progress and writer, desc="fedalf run")
+    bar = Progress(cfg.rounds, enabled=progress and writer, desc="fedalf run", delay=1.0)  # a stage of > 1 s shows
     kept = False  # the bar's line stays once rounds ran (else it is erased: the command's last line says why)
     try:
         with bar.warnings_above():  # e.g. a resume's notice about a damaged checkpoint: a line of its own

@@ -29,21 +29,24 @@ class Progress:
     in progress (:meth:`stage`) in its description.
 
     ``refresh_s``: how often the ticker redraws the bar during a stage (default 0.5 s on a terminal,
-    10 s into a file or pipe, whose every redraw is a line of the log).
+    10 s into a file or pipe, whose every redraw is a line of the log). ``delay``: seconds before the bar
+    is first drawn (a command that stops at once, with an error, leaves its one line alone).
     """
 
     def __init__(self, total: int, *, initial: int = 0, enabled: bool = True, desc: str = "fedalf",
-                 refresh_s: Optional[float] = None):
+                 refresh_s: Optional[float] = None, delay: float = 0.0):
         self._lock = threading.Lock()
         self._desc = desc
         self._bar = None
         if enabled:
             from tqdm.auto import tqdm
-            self._bar = tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True, desc=desc)
+            self._bar = tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True, desc=desc, delay=delay)
         if refresh_s is None:
             out = getattr(self._bar, "fp", None) or sys.stderr
             refresh_s = 0.5 if getattr(out, "isatty", lambda: False)() else 10.0
         self._refresh_s = refresh_s
+        self._shown_at = time.monotonic() + delay  # nothing drawn before (a command that fails at once: one line)
+        self._drawn = False
         self._base = initial
         self._live, self._call = 1, (0, 0)
         self._stages: list[list] = []  # [text, since]: the top one is shown
@@ -102,8 +105,9 @@ class Progress:
             self._bar.set_description(f"{self._desc} ({note}{text}) {_clock(time.monotonic() - since)}", refresh=False)
         else:
             self._bar.set_description(f"{self._desc} ({self._note})" if self._note else self._desc, refresh=False)
-        if redraw:
+        if redraw and time.monotonic() >= self._shown_at:
             self._bar.refresh()
+            self._drawn = True
 
     def _tick(self) -> None:
         while not self._stop.wait(self._refresh_s):
@@ -128,7 +132,7 @@ class Progress:
         with self._lock:
             self._base = n
             self._bar.initial = self._bar.n = self._bar.last_print_n = n
-            self._bar.refresh()
+            self._show()
 
     def start_rounds(self) -> None:
         """The rounds begin now: the rate (and the ETA) count from here, not from the loading and the
@@ -214,6 +218,8 @@ class Progress:
                 self._bar.set_description(self._desc, refresh=False)
                 if failed:
                     self._bar.leave = False
+                if self._drawn:  # drawn by a stage before any count: tqdm must still end (or erase) its line
+                    self._bar.last_print_t = max(self._bar.last_print_t, self._bar.start_t + self._bar.delay)
                 self._bar.close()
 
 
