@@ -212,8 +212,8 @@ def test_user_code_that_cannot_be_checked_resumes_saying_so_in_one_line(tmp_path
     _forget()
     code, err = _cli(capsys, ["run", "--resume", "--out", str(run), "--rounds", "3", "--no-progress"])
     assert code == 0 and _rounds(run) == [0, 1, 2, 3], err
-    lines = [ln for ln in err.splitlines() if "mystep" in ln]
-    assert len(lines) == 1 and says in lines[0] and "mystep.py" in lines[0], err
+    lines = [ln for ln in err.splitlines() if says in ln]
+    assert len(lines) == 1 and "mystep.py" in lines[0], err
 
 
 def test_a_checkpoint_from_before_data_digests_resumes_from_a_moved_folder_saying_so(tmp_path, capsys, fmnist_dirs):

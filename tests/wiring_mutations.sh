@@ -319,7 +319,7 @@ mutate fedalf_jax/experiment/config.py '"log", "out", "data_dir")' '"log", "out"
   "identity: data_dir part of the identity (item 4)" "$ID -k same_arrays"
 mutate fedalf_jax/experiment/config.py '                d[f"{kind}_code"] = registry.code(kind, name)[0]' '                pass' \
   "identity: user code's digest not recorded (item 5)" "$ID -k changed_user_code"
-mutate fedalf_jax/experiment/rundir.py '            elif "uncheckable" in (old, new):' '            elif False:' \
+mutate fedalf_jax/experiment/identity.py '    elif "uncheckable" in (old, new):' '    elif False:' \
   "identity: uncheckable user code refused instead of said (item 5)" "$ID -k cannot_be_checked"
 mutate fedalf_jax/cli.py '            changed = [k for k in identity_diff(old.identity(), want.identity()) if k in options]' \
   '            changed = [k for k in options if k not in C.BOOKKEEPING and want.to_dict()[k] != old.to_dict()[k]]' \
@@ -584,5 +584,29 @@ mutate fedalf_jax/experiment/progress.py "            self._bar.last_print_t = s
   "sig36: the first rate counts the compile" "tests/test_startup.py -k first_rate"
 mutate fedalf_jax/experiment/progress.py '            self._note = f"stopping after round {round}"' '            self._note = ""' \
   "sig36: the bar does not say it is stopping" "tests/test_startup.py -k first_rate"
+
+# issue 36 item 1: a mechanism the record states is applied or refused (label "priv36"), tests/test_privacy_declared.py
+PD=tests/test_privacy_declared.py
+mutate fedalf_jax/experiment/guarantee.py $'        if user is not None and not user.local_train:\n            raise ValueError' \
+  $'        if False:\n            raise ValueError' "priv36: local_train=False with a mechanism accepted" "$PD -k cli_refuses"
+mutate fedalf_jax/experiment/guarantee.py $'    if not alg.local_train:\n        raise ConfigError' $'    if False:\n        raise ConfigError' \
+  "priv36: a factory needing layer_of with local_train=False accepted" "$PD -k layers"
+mutate fedalf_jax/experiment/guarantee.py "        if user.public_aux:  # its" "        if False:  # its" \
+  "priv36: public_aux's declaration not named" "$PD -k declarations"
+mutate fedalf_jax/experiment/guarantee.py "    if cfg.model not in MODELS and spec.model.has_batch_stats:" "    if False:" \
+  "priv36: a user's model with batch statistics accepted" "$PD -k batch"
+mutate fedalf_jax/sim/round.py "        w_tilde = privatise(spec, k_priv, theta, w, hp)" "        w_tilde = w" \
+  "priv36: upload given w, not the mechanism's output" "$PD -k perturbed"
+# issue 36 item 2: the user code's digest covers its folder and its globals (label "digest36"), tests/test_digest.py
+DG=tests/test_digest.py; CD=fedalf_jax/experiment/code_digest.py
+mutate $CD "        homes[home] = _walk(home)" "        homes[home] = ([], False)" \
+  "digest36: the module's folder not walked" "$DG -k helper_module"
+mutate $CD '        h.update(name.encode() + b"\0" + hashlib.sha256(b).digest())' "        pass" \
+  "digest36: globals' values not hashed" "$DG -k global"
+mutate fedalf_jax/experiment/identity.py "    elif old == registry.legacy_code(kind, name):" "    elif False:" \
+  "digest36: an old checkpoint's digest not compared the old way" "$DG -k old_way"
+mutate fedalf_jax/experiment/rundir.py "        say_code(cfg)" "        pass" "digest36: the coverage not said" "$DG -k helper_module"
+mutate $CD '            if e.name.startswith("."):' "            if False:" "digest36: hidden folders walked" "$DG -k package"
+mutate $CD ' or os.path.isfile(os.path.join(e.path, "pyvenv.cfg"))' "" "digest36: virtual environments walked" "$DG -k package"
 
 exit $status

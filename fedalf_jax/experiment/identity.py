@@ -12,8 +12,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import warnings
 
-from .config import ALGORITHMS, BOOKKEEPING, CONTENT, Config
+from ..errors import ConfigError
+from ..notices import Notice
+from . import registry
+from .config import ALGORITHMS, BOOKKEEPING, CONTENT, MODELS, Config
 
 # Options added after runs were made: a run directory whose config.json lacks one ran with this value.
 LEGACY = {"ldp_on": "weights", "fair_norm": "raw"}
@@ -106,3 +110,49 @@ def flat_options(d: dict) -> dict:
         else:
             out[k] = v
     return out
+
+
+# ---- the digest of a user's code (registry.code, code_digest) ------------------------------------------------
+
+def user_code(cfg: "Config") -> list[tuple[str, str]]:
+    """``(kind, name)`` of ``cfg``'s algorithm and model when they are a user's (built-ins carry no digest)."""
+    return [(k, n) for k, n, builtin in (("algorithm", cfg.algorithm, ALGORITHMS), ("model", cfg.model, MODELS))
+            if n not in builtin]
+
+
+def say_code(cfg: "Config") -> None:
+    """One line per user algorithm or model of ``cfg``: what its code digest covers and what it does not (a
+    run says it when it starts and on every resume: ``RunDir.write_config``)."""
+    for kind, name in user_code(cfg):
+        digest, covers = registry.code(kind, name)
+        if digest == "uncheckable":
+            msg = f"the code of {kind} {name!r} cannot be digested ({covers}): --resume cannot check it"
+        else:
+            msg = f"code digest of {kind} {name!r} covers {covers}"
+        warnings.warn(msg, Notice, stacklevel=2)
+
+
+def check_code(kind: str, name: str, old, new: str, where) -> None:
+    """The code digest a checkpoint in ``where`` recorded (``old``) against this process's (``new``): a
+    change is refused in one line; a digest made before it covered folders and globals is compared the way
+    it was made and, when it matches, resumed with one line saying what is not checked; one that cannot be
+    checked (not recorded yet, or uncheckable) is said."""
+    covers = registry.code(kind, name)[1]
+    if old == new:
+        return
+    if old is None:
+        warnings.warn(f"{where}: the checkpoint was written before runs recorded user code, so {kind} {name!r} "
+                      f"({covers}) is not checked against the code that ran", Notice, stacklevel=3)
+    elif "uncheckable" in (old, new):
+        warnings.warn(f"{kind} {name!r}'s code cannot be checked ({covers}): resuming {where} without knowing "
+                      f"whether it changed", Notice, stacklevel=3)
+    elif old == registry.legacy_code(kind, name):
+        warnings.warn(f"{where}: the checkpoint's digest of {kind} {name!r} was made before digests covered a "
+                      f"module's folder and the globals its code reads; it matches the module's file and the "
+                      f"files defining its functions, and the rest now covered is not checked against the code "
+                      f"that ran", Notice, stacklevel=3)
+    else:
+        raise ConfigError(f"{kind} {name!r}: its code changed since the checkpoint in {where} was written (the "
+                          f"digest covers {covers}); revert the change to resume, or run the new code with "
+                          f"--overwrite or another --out")
+

@@ -18,7 +18,6 @@ that argument. A data set is arrays (:class:`ArrayData`).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import importlib
 import inspect
@@ -29,6 +28,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .code_digest import current, take
+
 
 class RegistryError(ValueError):
     """A name is not registered or importable, or what it names is unusable; the message says the fix."""
@@ -37,7 +38,7 @@ class RegistryError(ValueError):
 _KINDS = ("algorithm", "model", "dataset")
 _REGISTERED: dict[str, dict[str, Any]] = {k: {} for k in _KINDS}
 _VERSION = {"n": 0}  # bumped on every registration: cached data pools are keyed by it
-_CODE: dict[str, dict[str, tuple]] = {"algorithm": {}, "model": {}}  # name -> code_digest(), taken when found
+_CODE: dict[str, dict[str, Any]] = {"algorithm": {}, "model": {}}  # name -> code_digest.take(), when found
 _PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -47,7 +48,7 @@ def _register(kind: str, name: str, obj: Any) -> None:
                             f"module:attribute names), got {name!r}")
     _REGISTERED[kind][name] = obj
     if kind in _CODE:
-        _CODE[kind][name] = code_digest(obj)
+        _CODE[kind][name] = take(obj)
     _VERSION["n"] += 1
 
 
@@ -76,7 +77,7 @@ def lookup(kind: str, name: str, builtin: tuple = ()) -> Any:
             obj = _as_data(name, obj)
         _REGISTERED[kind][name] = obj
         if kind in _CODE:  # the code as imported now: a file edited later is seen on --resume
-            _CODE[kind][name] = code_digest(obj, importlib.import_module(module))
+            _CODE[kind][name] = take(obj, importlib.import_module(module))
         _VERSION["n"] += 1
         return obj
     known = ", ".join(list(builtin) + sorted(_REGISTERED[kind]))
@@ -91,103 +92,26 @@ def version() -> int:
 
 # ---- user code's digest -----------------------------------------------------------------------
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fedalf_jax/: versioned with the package
-
-
 def code(kind: str, name: str) -> tuple[str, str]:
-    """``(digest, where)`` of the code behind the ``kind`` (algorithm or model) ``name``, as found in this
-    process (:func:`code_digest`); ``digest`` is ``"uncheckable"`` when nothing of it can be hashed."""
+    """``(digest, covers)`` of the code behind the ``kind`` (algorithm or model) ``name``: its files as read
+    when the name was imported or registered, the globals its file-less code reads as they are now
+    (:mod:`.code_digest`); ``digest`` is ``"uncheckable"`` when nothing of it can be hashed."""
     if name not in _CODE[kind]:
         lookup(kind, name)
-    return _CODE[kind][name]
+    return current(_CODE[kind][name])
 
 
-def _file_of(obj) -> Optional[str]:
-    mod = obj if inspect.ismodule(obj) else inspect.getmodule(obj)
-    f = getattr(mod, "__file__", None)
-    return os.path.abspath(f) if f and os.path.isfile(f) else None
-
-
-def _targets(obj) -> list:
-    """The functions and classes that make up ``obj`` (a factory, a class, an Algorithm, a partial)."""
-    from ..sim.algorithms import Algorithm
-    if isinstance(obj, Algorithm):
-        return [t for f in dataclasses.fields(obj) if callable(v := getattr(obj, f.name)) for t in _targets(v)]
-    if isinstance(obj, functools.partial):
-        return _targets(obj.func)
-    try:
-        obj = inspect.unwrap(obj)  # a decorated function (jax.jit, functools.wraps): the function itself
-    except ValueError:
-        pass
-    if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
-        return [obj]
-    return [type(obj)] if callable(obj) else []
-
-
-def _const(c) -> str:
-    if isinstance(c, (frozenset, set)):  # a set's order varies with string hashing: sort it
-        return "{" + ",".join(sorted(_const(x) for x in c)) + "}"
-    if isinstance(c, tuple):
-        return "(" + ",".join(_const(x) for x in c) + ")"
-    return repr(c)
-
-
-def _code_bytes(co) -> bytes:
-    """A code object's bytecode, names and constants, nested code objects (lambdas, inner functions)
-    included."""
-    parts = [co.co_code, repr(co.co_names).encode()]
-    for c in co.co_consts:
-        parts.append(_code_bytes(c) if inspect.iscode(c) else _const(c).encode())
-    return b"\0".join(parts)
-
-
-def _codes_of(t) -> list:
-    t = getattr(t, "__func__", t)
-    if inspect.isfunction(t):
-        return [t.__code__]
-    if inspect.isclass(t):
-        return [c for v in vars(t).values() for c in _codes_of(v)]
-    return []
+def legacy_code(kind: str, name: str) -> str:
+    """The digest of ``name``'s code as runs recorded it before it covered folders and globals (the module's
+    file, the files defining its functions, the code objects of those defined outside any file)."""
+    if name not in _CODE[kind]:
+        lookup(kind, name)
+    return _CODE[kind][name].legacy
 
 
 def code_digest(obj, module=None) -> tuple[str, str]:
-    """``(digest, where)``: a hash of the user code behind ``obj`` (an algorithm's or a model's factory),
-    and what it covers, for a resumed run to refuse code changed since its checkpoint.
-
-    Covered: the source file of ``module`` (the ``module`` of a ``module:attribute`` name) and of every
-    module that defines ``obj``'s functions and classes; code defined outside any file (a notebook's
-    cell) by its code objects (bytecode, names, constants: the same Python only). Code inside fedalf_jax
-    itself is not digested (it changes with the package). ``digest`` is ``"uncheckable"`` when part of
-    ``obj`` is neither in a file nor a function or class."""
-    files, codes, opaque = set(), [], []
-    if module is not None and _file_of(module):
-        files.add(_file_of(module))
-    for t in _targets(obj):
-        f = _file_of(t)
-        if f is not None:
-            if not f.startswith(_PACKAGE + os.sep):
-                files.add(f)
-            continue
-        found = _codes_of(t)
-        if not found:
-            opaque.append(getattr(t, "__qualname__", type(t).__name__))
-        codes += found
-    if opaque or not _targets(obj):
-        what = ", ".join(opaque) or type(obj).__name__
-        return "uncheckable", f"{what} is neither defined in a source file nor a function or class"
-    pieces = []
-    for f in files:
-        try:
-            with open(f, "rb") as fh:
-                pieces.append(hashlib.sha256(fh.read()).digest())
-        except OSError as e:
-            return "uncheckable", f"{f} cannot be read ({e.strerror})"
-    h = hashlib.sha256(b"".join(sorted(pieces)))  # the files' contents, wherever they lie
-    for co in codes:
-        h.update(_code_bytes(co))
-    names = sorted({getattr(c, "co_qualname", c.co_name) for c in codes})
-    where = sorted(files) + ([f"the code of {', '.join(names)}"] if names else [])
-    return h.hexdigest()[:16], " and ".join(where) or "fedalf_jax's own code"
+    """``(digest, covers)`` of ``obj``'s code (a factory, a class, an Algorithm) and ``module``'s, now."""
+    return current(take(obj, module))
 
 
 def _accepts(fn: Callable, arg: str) -> bool:

@@ -54,7 +54,7 @@ import numpy as np
 from ..sim.round import METRIC_KEYS
 from ..notices import Notice
 from .config import DATASETS, Config, ConfigError
-from .identity import from_run, identity_diff, identity_digest
+from .identity import check_code, from_run, identity_diff, identity_digest, say_code
 from .writers import (NOFOLLOW, PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, open_new,
                       read_csv_rows, tmp_name)
 
@@ -370,8 +370,10 @@ class RunDir:
             raise WriteError(self.path, e) from None
 
     def write_config(self, cfg: Config) -> None:
-        """``config.json``: every option, and the derived ``privacy`` record (ignored when read back)."""
+        """``config.json``: every option, and the derived ``privacy`` record (ignored when read back); says in
+        one line what the digest of a user's algorithm or model covers (a run's start and every resume)."""
         write_json(self.path / CONFIG, {**cfg.to_dict(), "privacy": cfg.privacy})
+        say_code(cfg)
 
     def write_clients(self, source: str, clients: list) -> None:
         write_json(self.path / CLIENTS, {"source": source, "clients": clients})
@@ -534,20 +536,7 @@ class RunDir:
             new = now.get(f"{kind}_code")
             if new is None:  # built in: the package's code
                 continue
-            name, old = getattr(cfg, kind), ident.get(f"{kind}_code")
-            from .registry import code
-            where = code(kind, name)[1]
-            if old is None:
-                warnings.warn(f"{self.path}: the checkpoint was written before runs recorded user code, so {kind} "
-                              f"{name!r} ({where}) is not checked against the code that ran", Notice,
-                              stacklevel=3)
-            elif "uncheckable" in (old, new):
-                warnings.warn(f"{kind} {name!r}'s code cannot be checked ({where}): resuming {self.path} without "
-                              f"knowing whether it changed", Notice, stacklevel=3)
-            elif old != new:
-                raise ConfigError(f"{kind} {name!r}: its code ({where}) changed since the checkpoint in {self.path} "
-                                  f"was written; revert the change to resume, or run the new code with --overwrite "
-                                  f"or another --out")
+            check_code(kind, getattr(cfg, kind), ident.get(f"{kind}_code"), new, self.path)
 
     def config_dict(self) -> dict:
         """The run's config.json, with the values it ran with for options added since (:func:`from_run`)."""
