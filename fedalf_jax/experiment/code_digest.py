@@ -23,7 +23,7 @@ Covered:
 
 Not covered: installed packages and the standard library, modules outside those homes, what a module
 reads when it is imported (data files, the environment), and globals of other types (the statement
-names them). :func:`legacy` is the digest as made before folders and globals were covered (the module's
+names them). ``Digest.legacy`` is the digest as made before folders and globals were covered (the module's
 and the defining files, the targets' code objects), which older checkpoints recorded.
 """
 
@@ -169,7 +169,7 @@ def _code_bytes(co) -> bytes:
 
 
 def _codes_of(t) -> list:
-    """The code objects of ``t`` as the digest before issue 36 took them (:func:`legacy`: kept as it was)."""
+    """The code objects of ``t`` as the digest before issue 36 took them (``Digest.legacy``: kept as it was)."""
     t = getattr(t, "__func__", t)
     if inspect.isfunction(t):
         return [t.__code__]
@@ -240,7 +240,7 @@ class Digest:
     files: dict            # path -> sha256 of its bytes when taken
     homes: dict            # home folder -> (its .py files, capped)
     functions: list        # the targets' functions defined outside any file (their globals: re-read)
-    legacy: str            # the digest as made before issue 36 (legacy())
+    legacy: str            # the digest as made before issue 36 (checkpoints written before it)
     opaque: str = ""       # why nothing can be hashed ("": it can)
     unreadable: str = ""   # a file that cannot be read
 
