@@ -110,7 +110,9 @@ class Progress:
             self._drawn = True
 
     def _tick(self) -> None:
-        while not self._stop.wait(self._refresh_s):
+        wait = self._shown_at - time.monotonic()  # the first redraw when the bar may be drawn (delay)
+        while not self._stop.wait(wait if wait > 0 else self._refresh_s):
+            wait = 0.0
             with self._lock:
                 if self._stages and not self._stop.is_set():
                     self._show()
