@@ -176,20 +176,27 @@ def test_term_matches_two_rounds_computed_by_hand(tmp_path, tilt):
 
 # ---- FedFV ----------------------------------------------------------------------------------------
 
+def _fv_project(grads, losses, alpha):
+    """Wang et al.'s projections (no history), looped as FLGo's fedfv does."""
+    m = len(grads)
+    order = sorted(range(m), key=lambda i: (losses[i], i))
+    keep = order[int(np.ceil((m - 1) * (1 - alpha))):] if alpha > 0 else []
+    out = [g.copy() for g in grads]
+    for i in range(m):
+        if i in keep:
+            continue
+        for j in order:
+            if j != i and out[i] @ grads[j] < 0:
+                out[i] = out[i] - (out[i] @ grads[j]) / (grads[j] @ grads[j]) * grads[j]
+    return np.asarray(out)
+
+
 def _fedfv_by_hand(rounds, glr, alpha):
     """Wang et al.'s Algorithm 1 without history, as FLGo's fedfv loops over the clients."""
     theta = THETA0.copy()
     for _ in range(rounds):
         grads, losses = _deltas(theta), _losses(theta)
-        order = sorted(range(3), key=lambda i: (losses[i], i))
-        keep = order[int(np.ceil((3 - 1) * (1 - alpha))):] if alpha > 0 else []
-        out = [g.copy() for g in grads]
-        for i in range(3):
-            if i in keep:
-                continue
-            for j in order:
-                if j != i and out[i] @ grads[j] < 0:
-                    out[i] = out[i] - (out[i] @ grads[j]) / (grads[j] @ grads[j]) * grads[j]
+        out = _fv_project(grads, losses, alpha)
         g = np.mean(out, axis=0)
         g = g / np.linalg.norm(g) * np.linalg.norm(np.mean(grads, axis=0))
         theta = theta - glr * g
@@ -209,13 +216,13 @@ def test_fedfv_matches_two_rounds_computed_by_hand(tmp_path, alpha):
 
 def test_fedfv_keeps_alpha_and_projects_the_others():
     from examples.fedfv import project_conflicts
-    G = np.array([[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]])
-    losses = np.array([0.3, 0.1, 0.2])                     # ascending: clients 1, 2, 0
-    out = np.asarray(project_conflicts(jnp.asarray(G, jnp.float32), jnp.asarray(losses, jnp.float32), 0.1))
-    np.testing.assert_allclose(out[0], G[0], atol=1e-7)    # the highest loss keeps its update
-    g1 = G[1] - (G[1] @ G[0]) / (G[0] @ G[0]) * G[0]       # client 1: off client 0 (2 does not conflict)
-    g1 = g1 - min(g1 @ G[2], 0) / (G[2] @ G[2]) * G[2]
-    np.testing.assert_allclose(out[1], g1, atol=1e-6)
+    # Here the 3 clients of the bias problem conflict pairwise every round; these 4 do not all conflict.
+    G = np.array([[1.0, 0.0], [-1.0, 1.0], [0.0, 1.0], [-1.0, -0.5]])
+    losses = np.array([0.3, 0.1, 0.2, 0.05])               # ascending: clients 3, 1, 2, 0
+    out = np.asarray(project_conflicts(jnp.asarray(G, jnp.float32), jnp.asarray(losses, jnp.float32), 0.3))
+    np.testing.assert_allclose(out[0], G[0], atol=1e-7)    # the highest loss keeps its update (⌈3·0.7⌉ = 3)
+    np.testing.assert_allclose(out, _fv_project(G, losses, 0.3), atol=1e-6)
+    assert np.abs(out[2] - G[2]).max() > 0.1               # client 2: off client 3 only (1 does not conflict)
 
 
 # ---- FedAvgM --------------------------------------------------------------------------------------
