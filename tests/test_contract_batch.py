@@ -89,7 +89,8 @@ def test_local_loss_sees_the_models_features_and_the_model_at_theta():
 
 
 def test_local_loss_gets_the_step_index():
-    """``batch.step``: only the first local step of each client trains (a stop_gradient afterwards)."""
+    """``batch.step`` counts over the epochs: only the first local step of each client's two epochs trains (a
+    stop_gradient afterwards)."""
     lr, glr = 0.5, 1.0
 
     def local_loss(theta, state, hp):
@@ -98,7 +99,7 @@ def test_local_loss_gets_the_step_index():
             return fj.cross_entropy(b, b.apply(w_eff)[0])
         return f
     fj.register_algorithm("step_t", lambda: _alg("step_t", local_loss=local_loss))
-    res = fj.run(_cfg("step_t", lr=lr, server_lr=glr), progress=False)
+    res = fj.run(_cfg("step_t", lr=lr, server_lr=glr, local_epochs=2), progress=False)
     theta = np.zeros(3)
     for _ in range(2):
         ws = [theta - lr * (_softmax(theta) - np.eye(3)[LABELS[i]]) for i in range(3)]  # one step each
@@ -139,8 +140,8 @@ def test_server_key_differs_over_rounds_and_seeds_and_resumes(tmp_path):
     assert len(set(runs[0])) == 3 and not set(runs[0]) & set(runs[1])
     # stopped after round 1 and resumed: the same keys
     fj.run(_cfg("noisy_t", seed=0, rounds=1, out=str(tmp_path / "r")), progress=False)
-    res = fj.run(_cfg("noisy_t", seed=0, rounds=3, out=str(tmp_path / "r")), progress=False, resume=True)
-    np.testing.assert_allclose(res.metrics["z"].iloc[1:].to_numpy(), runs[0], rtol=1e-6)
+    fj.run(_cfg("noisy_t", seed=0, rounds=3, out=str(tmp_path / "r")), progress=False, resume=True)
+    np.testing.assert_allclose(fj.load(tmp_path / "r").metrics["z"].iloc[1:].to_numpy(), runs[0], rtol=1e-6)
 
 
 def _metrics_csv_of(res):
@@ -151,18 +152,19 @@ def _metrics_csv_of(res):
 def test_personal_model_gets_theta_and_clients_never_sampled_use_the_global_model():
     """One of three clients per round, one round: the sampled client's own model is θ plus a state that
     predicts its label; the two never sampled are evaluated with θ (their global accuracy), not with their
-    untouched initial state (which would predict label 0: accuracy 1 for client 0, 0 for the others)."""
+    untouched initial state (θ + 10 e_2, which predicts label 2: accuracy 1 for client 2, 0 for the others)."""
     def upload(theta, w, w_tilde, state, hp, lr_t):
         return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), {"b": 10.0 * (w["b"] - theta["b"])}
 
     def personal_model(state, theta):
         return {"b": theta["b"] + state["b"]}
     fj.register_algorithm("pers_t", lambda: _alg("pers_t", upload=upload, personal_model=personal_model,
-                                                 init_client_state=lambda p: {"b": jnp.zeros_like(p["b"])}))
-    res = fj.run(_cfg("pers_t", rounds=1, clients_per_round=1, server_lr=0.0), progress=False)
+                                                 server=lambda s: (s.theta, s.sstate, {}),  # θ stays θ_0 = 0
+                                                 init_client_state=lambda p: {"b": 10.0 * jnp.eye(3)[2]}))
+    res = fj.run(_cfg("pers_t", rounds=1, clients_per_round=1), progress=False)
     last = res.metrics.iloc[-1]
     glob = np.asarray([last[f"acc_{i}"] for i in range(3)])
-    # θ stays θ_0 = 0 (server_lr 0), so the global model predicts label 0: client 0 right, the others wrong
+    # θ stays θ_0 = 0, so the global model predicts label 0: client 0 right, the others wrong
     np.testing.assert_array_equal(glob, [1.0, 0.0, 0.0])
     # the sampled client's own model (θ + 10 (w_i − θ), w_i − θ ∝ e_{y_i} − softmax) predicts its label: 1;
     # the others take the global model's accuracy: the mean is (1 + the two others' global accuracies) / 3
@@ -229,7 +231,7 @@ def test_a_personal_checkpoint_from_before_the_seen_clients_were_kept_resumes_ex
     del arrays[f"arr_{n - 1}"]
     (out / "checkpoint.prev.npz").unlink(missing_ok=True)
     np.savez(out / "checkpoint.npz", **arrays)
-    res = fj.run(fj.Config(algorithm="examples.ditto:ditto", rounds=3, out=str(out), **kw), progress=False,
-                 resume=True)
+    fj.run(fj.Config(algorithm="examples.ditto:ditto", rounds=3, out=str(out), **kw), progress=False, resume=True)
+    res = fj.load(out)
     for col in ("mean_acc", "personal_acc", "personal_test_loss"):
         np.testing.assert_array_equal(res.metrics[col].to_numpy(), whole.metrics[col].to_numpy())
