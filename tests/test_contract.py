@@ -302,5 +302,8 @@ def test_the_cli_prints_a_contract_mistake_as_one_line(tmp_path):
                         str(tmp_path / "r")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "upload returned Δ_i {['x']: float32[2]}" in lines[0], p.stderr
+    # the start's line of what the code digest covers (issue 36), then the error alone
+    assert len(lines) == 2 and lines[0].startswith("fedalf: warning: code digest of algorithm 'my_bad:alg' covers"), \
+        p.stderr
+    assert "upload returned Δ_i {['x']: float32[2]}" in lines[1], p.stderr
     assert "Traceback" not in p.stderr

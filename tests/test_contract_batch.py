@@ -15,7 +15,7 @@ import pytest
 import fedalf_jax as fj
 from fedalf_jax.sim.algorithms import weighted_mean_server
 
-from test_contract import COUNTS, LABELS, TAU, _cfg, _metrics_csv, _softmax
+from test_contract import COUNTS, LABELS, TAU, _cfg, _local, _metrics_csv, _softmax
 
 P = np.asarray(COUNTS, np.float64) / sum(COUNTS)
 
@@ -172,6 +172,9 @@ def test_personal_model_gets_theta_and_clients_never_sampled_use_the_global_mode
     s = int(sampled_clients(3, 1, 0, 1)[0, 0])
     others = [glob[j] for j in range(3) if j != s]
     assert last["personal_acc"] == pytest.approx((1.0 + sum(others)) / 3)
+    # and the loss: the sampled client's θ + 10 (w_s − θ) = 10 w_s, the others θ = 0 (log 3 each)
+    w_s = _local(np.zeros(3), s, 0.5)
+    assert last["personal_test_loss"] == pytest.approx((_ce(10 * w_s, s) + 2 * np.log(3)) / 3, rel=1e-5)
     # round 0: every client evaluated with θ_0
     assert res.metrics.iloc[0]["personal_acc"] == pytest.approx(glob.mean())
 

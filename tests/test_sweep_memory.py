@@ -122,9 +122,10 @@ def test_a_small_memory_limit_chooses_a_narrower_call_says_why_and_runs_it(tmp_p
     assert len(said) == 1 and said[0].startswith(f"fedalf: sweep chunk {chunk} of 4 runs: ~"), err
     assert f"per {chunk}-run program call" in said[0] and "FEDALF_MEMORY_LIMIT" in said[0], said
     # the chosen call's programs were compiled once, when the sweep was sized, and then run
-    assert compiled.count((("chunk", 2), (chunk, 2))) == 1, compiled
+    assert compiled.count((("round",), (chunk, 2))) == 1, compiled
+    assert compiled.count((("chunk", 0), (chunk, 2))) == 1, compiled
     assert compiled.count((("train_loss",), (chunk, 2))) == 1, compiled
-    assert (("chunk", 2), (4, 2)) in compiled  # the whole combination was sized first
+    assert (("round",), (4, 2)) in compiled  # the whole combination was sized first
     # a run of the narrower calls is still its single run, bit for bit
     rd = RunDir(out / "fedavg_seed3")
     single = tmp_path / "single"
