@@ -609,4 +609,25 @@ mutate fedalf_jax/experiment/rundir.py "        say_code(cfg)" "        pass" "d
 mutate $CD '            if e.name.startswith("."):' "            if False:" "digest36: hidden folders walked" "$DG -k package"
 mutate $CD ' or os.path.isfile(os.path.join(e.path, "pyvenv.cfg"))' "" "digest36: virtual environments walked" "$DG -k package"
 
+# issue #37 item 8, the client-side examples (tests/test_examples_client.py; labels start with "client37"):
+# each example's rule, the never-sampled rule and a resume's per-client collections
+CX=tests/test_examples_client.py
+mutate examples/propfair.py "-jnp.log(eps) + below + 0.5 * below ** 2" "-jnp.log(eps) + below + below ** 2" \
+  "client37: propfair: the quadratic continuation's ½ dropped" "$CX -k propfair_matches"
+mutate examples/fedper.py "jnp.zeros_like(t) if k in head else t - u" "t - u" \
+  "client37: fedper: the head's Δ uploaded (averaged) instead of 0" "$CX -k fedper_and_fedrep"
+mutate examples/fedrep.py '(count < hp.own["head_steps"])' '(count <= hp.own["head_steps"])' \
+  "client37: fedrep: one head step too many" "$CX -k fedrep"
+mutate examples/apfl.py 'jnp.clip(personal["alpha"], 0.0, 1.0)' 'personal["alpha"]' \
+  "client37: apfl: α not clipped to [0, 1]" "$CX -k apfl_matches"
+mutate examples/fedbn.py 'client_collections=("batch_stats",),' '' \
+  "client37: fedbn: batch statistics averaged, not kept per client" "$CX -k fedbn_matches"
+mutate examples/moon.py "con = jnp.logaddexp(pos, neg) - pos" "con = jnp.logaddexp(pos, neg) - neg" \
+  "client37: moon: the previous model's z taken as the positive" "$CX -k moon_matches"
+mutate fedalf_jax/sim/train.py "return jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), mine, theta)" \
+  "return mine" "client37: never sampled: evaluated with its initial state, not θ" "$CX -k never_sampled"
+mutate fedalf_jax/experiment/loop.py "return None if found is None else rd.load_checkpoint(state, round=found[0])" \
+  "return None if found is None else rd.load_checkpoint(state, round=found[0])._replace(clients=state.clients)" \
+  "client37: resume: the per-client collections start afresh" "$CX -k survive_a_checkpoint"
+
 exit $status
