@@ -44,3 +44,35 @@ class Bias(nn.Module):
     def __call__(self, x):
         b = self.param("b", nn.initializers.zeros, (self.num_classes,))
         return jnp.broadcast_to(b, (x.shape[0], self.num_classes))
+
+
+def cli_resume_equals_one_go(tmp_path: Path, algorithm: str) -> None:
+    """``algorithm`` (``module:attribute``) run by the CLI for one round, then ``--resume`` for the second, gives
+    the model and metrics of two rounds in one go (its client and server states, keys included, checkpoint).
+    train_loss is left out: it is evaluated at a run's last round, which the one-round call's round 1 was."""
+    import os
+    import subprocess
+    import sys
+
+    import chex
+    import numpy as np
+
+    import fedalf_jax as fj
+    root = Path(__file__).resolve().parents[1]
+    opts = ["--dataset", "synthetic", "--model", "mlp", "--clients", "6", "--clients-per-round", "3", "--eval-every",
+            "1", "--synthetic-train", "240", "--synthetic-test", "60", "--batch-size", "20", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "cli"
+    for extra in (["--rounds", "1"], ["--rounds", "2", "--resume"]):
+        p = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", "--algorithm", algorithm, *opts, *extra,
+                            "--out", str(out)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+    resumed = fj.load(out)
+    assert resumed.status == "done" and list(resumed.metrics["round"]) == [0, 1, 2]
+    whole = fj.run(fj.Config(algorithm=algorithm, dataset="synthetic", model="mlp", clients=6, clients_per_round=3,
+                             eval_every=1, synthetic_train=240, synthetic_test=60, batch_size=20, rounds=2),
+                   progress=False)
+    cols = [c for c in whole.metrics.columns if c not in ("seconds_per_round", "train_loss")]
+    assert set(resumed.metrics.columns) == set(whole.metrics.columns)
+    np.testing.assert_array_equal(resumed.metrics[cols].to_numpy(), whole.metrics[cols].to_numpy())
+    chex.assert_trees_all_equal(dict(resumed.model), dict(whole.model))

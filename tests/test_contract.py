@@ -30,7 +30,7 @@ TAU = [2, 1, 3]
 
 
 # Bias: logits = one bias vector b for every example: f_i(b) = logsumexp(b) − b_{y_i}, ∇f_i = softmax(b) − e_{y_i}
-from helpers import Bias  # noqa: E402
+from helpers import Bias, cli_resume_equals_one_go  # noqa: E402
 
 
 def _register():
@@ -130,25 +130,7 @@ def test_fednova_example_matches_two_rounds_computed_by_hand(tmp_path):
 def test_example_runs_by_the_cli_and_resumes_exactly(tmp_path, name):
     """Two rounds by the CLI as one round then --resume for the second: the same model and metrics as
     two rounds in one go (the client and server states checkpoint)."""
-    algorithm = f"examples.{name}:{name}"
-    opts = ["--dataset", "synthetic", "--model", "mlp", "--clients", "6", "--clients-per-round", "3", "--eval-every",
-            "1", "--synthetic-train", "240", "--synthetic-test", "60", "--batch-size", "20", "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    out = tmp_path / "cli"
-    for extra in (["--rounds", "1"], ["--rounds", "2", "--resume"]):
-        p = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", "--algorithm", algorithm, *opts, *extra,
-                            "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, p.stderr
-    resumed = fj.load(out)
-    assert resumed.status == "done" and list(resumed.metrics["round"]) == [0, 1, 2]
-    whole = fj.run(fj.Config(algorithm=algorithm, dataset="synthetic", model="mlp", clients=6, clients_per_round=3,
-                             eval_every=1, synthetic_train=240, synthetic_test=60, batch_size=20, rounds=2),
-                   progress=False)
-    # (train_loss is evaluated at a run's last round: the one-round call's round 1 has it, the whole run's not)
-    cols = [c for c in whole.metrics.columns if c not in ("seconds_per_round", "train_loss")]
-    assert set(resumed.metrics.columns) == set(whole.metrics.columns)
-    np.testing.assert_array_equal(resumed.metrics[cols].to_numpy(), whole.metrics[cols].to_numpy())
-    chex.assert_trees_all_equal(dict(resumed.model), dict(whole.model))
+    cli_resume_equals_one_go(tmp_path, f"examples.{name}:{name}")
 
 
 # ---- items 1, 3, 7: broadcast, client facts, the server's n_i, own metrics ------------------------------

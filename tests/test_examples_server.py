@@ -5,8 +5,6 @@ FedFV, FedAvgM and DP-FedAvg with adaptive clipping; and each run by the CLI, re
 
 import dataclasses
 import itertools
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import fedalf_jax as fj
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # examples/ is not a package on the path under the console script `pytest`
+from helpers import cli_resume_equals_one_go  # noqa: E402
 from test_contract import COUNTS, LABELS, _cfg, _local  # noqa: E402  (helpers only)
 
 LR = 0.5
@@ -315,18 +314,4 @@ def test_dp_fedavg_privacy_record_claims_nothing_for_its_own_noise():
 def test_example_runs_by_the_cli_and_resumes_exactly(tmp_path, name):
     """One round, then --resume for the second (the server state and, for DP-FedAvg, the server's noise
     key come back): the same model and metrics as two rounds in one go."""
-    algorithm = f"examples.{name}:{name}"
-    opts = ["--dataset", "synthetic", "--model", "mlp", "--clients", "6", "--clients-per-round", "3", "--eval-every",
-            "1", "--synthetic-train", "240", "--synthetic-test", "60", "--batch-size", "20", "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    out = tmp_path / "cli"
-    for extra in (["--rounds", "1"], ["--rounds", "2", "--resume"]):
-        p = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", "--algorithm", algorithm, *opts, *extra,
-                            "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, p.stderr
-    resumed = fj.load(out)
-    assert resumed.status == "done" and list(resumed.metrics["round"]) == [0, 1, 2]
-    whole = fj.run(_synthetic(algorithm=algorithm, rounds=2), progress=False)
-    cols = [c for c in whole.metrics.columns if c not in ("seconds_per_round", "train_loss")]
-    np.testing.assert_array_equal(resumed.metrics[cols].to_numpy(), whole.metrics[cols].to_numpy())
-    chex.assert_trees_all_equal(dict(resumed.model), dict(whole.model))
+    cli_resume_equals_one_go(tmp_path, f"examples.{name}:{name}")
