@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .algorithms import _takes
 from .batching import per_run
 from . import contract as C
 from .client import evaluate_clients, evaluate_own_models
@@ -79,10 +80,6 @@ def _eval_personal(spec: RoundSpec):
                                    stats_of=stats_of if own else None, own_stats=own_stats)
     return _over_runs(spec, f)
 
-
-def _takes(fn, name: str) -> bool:
-    from .algorithms import _takes as takes
-    return takes(fn, name)
 
 
 def _eval(spec: RoundSpec):
