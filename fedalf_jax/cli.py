@@ -49,7 +49,9 @@ _HELP = {
     "history_tau": "τ, how many rounds a stored history row joins the QPs after its client's upload "
                    "(default: FedLF's ⌊M/m⌋, M the clients seen so far; 0: none)",
     "train_loss_every": "rounds between evaluations of the train loss over all training samples (and at the end)",
-    "checkpoint_every": "checkpoint every N rounds (e.g. 50) or every N seconds/minutes (300s, 5m); always at the end",
+    "checkpoint_every": ("checkpoint every N rounds (e.g. 50) or every N seconds/minutes (300s, 5m); always at the end; "
+                         "'never': no checkpoint at all (a throw-away run: the metrics and summary only, "
+                         "not resumable)"),
     "neighbouring": "Gaussian DP neighbouring relation: add_remove (sensitivity clip) or replace (2·clip)",
     "state_dtype": "storage of the per-client rows (ADMM duals, FedLF history): bfloat16 halves their memory",
     "matmul_precision": "precision of the model's float32 matmuls and convolutions (clients' training and "
@@ -691,6 +693,11 @@ def _main(argv) -> int:
         cmd, by = invoked(), ("" if e.signum == signal.SIGINT else f" by {signal_name(e.signum)}")
         again = (_sweep_again(cmd, args, sys.argv[1:] if argv is None else argv) if args.command == "sweep"
                  else f"{cmd} run --resume --out {shlex.quote(str(e.dirs[0]))}" if e.dirs else None)
+        if args.command == "sweep" and not e.checkpoints:
+            kept = (f"its runs keep no checkpoints (--checkpoint-every never): the ended runs are kept, the others "
+                    f"start again from round 0 with: {again}")
+            print(f"fedalf sweep: interrupted{by}: {kept}", file=sys.stderr)
+            return e.exit_status
         if args.command == "sweep":
             kept = f"every finished round of its runs is saved; continue with: {again}"
             print(f"fedalf sweep: interrupted{by}: {kept}", file=sys.stderr)
@@ -699,6 +706,9 @@ def _main(argv) -> int:
             kept = "nothing was saved (no --out)"
         elif not e.kept:
             kept = "no round had finished and none of its files are left: the same command starts it again"
+        elif not e.checkpoints:
+            kept = (f"the metrics up to round {e.round} are saved, and no checkpoint (--checkpoint-every never): "
+                    f"{again} starts it again from round 0")
         elif e.saved:
             kept = f"the metrics and a checkpoint of round {e.round} are saved; continue with: {again}"
         else:

@@ -46,6 +46,7 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(f"interrupted by {signal_name(self.signum)} at round {round}")
         self.round, self.dirs, self.saved = round, dirs, saved  # saved: a checkpoint of ``round`` was written
         self.kept = True  # False: no round had finished and the run's files were removed (run it again as it was)
+        self.checkpoints = True  # False: the run keeps none (checkpoint_every=never), so a resume starts it again
 
     @property
     def exit_status(self) -> int:
@@ -76,6 +77,7 @@ class _Interrupt:
         self.signum: Optional[int] = None
         self.hard_exit = False
         self.until: Optional[int] = None  # the round in flight
+        self.checkpoints = True  # the loop's runs keep checkpoints (False: checkpoint_every=never)
         self.abandoned: Optional[threading.Thread] = None  # work left running after a signal (abandon)
         self.running = False  # the command's main() is running (outside a loop a signal raises there)
         self._cli = False  # handlers installed for the whole command
@@ -149,6 +151,10 @@ class _Interrupt:
             if self.until is None:  # no round in flight (loading, compiling): the loop leaves without waiting
                 print(f"\nfedalf: {name}: stopping before the next round starts ({name} again to leave now)",
                       file=sys.stderr, flush=True)
+                return
+            if not self.checkpoints:
+                print(f"\nfedalf: {name}: finishing round {self.until} (in flight), then saving its metrics (no "
+                      f"checkpoint: --checkpoint-every never; {name} again to leave now)", file=sys.stderr, flush=True)
                 return
             print(f"\nfedalf: {name}: finishing round {self.until} (in flight), then saving its metrics and a "
                   f"checkpoint ({name} again to leave now, losing the rounds since the last checkpoint)",

@@ -566,8 +566,8 @@ mutate fedalf_jax/problem/models.py "    count = jnp.sum(hit, axis=(2, 4), keepd
 SG=tests/test_signals.py
 mutate fedalf_jax/experiment/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
   "if not (t % cfg.eval_every == 0 or t == cfg.rounds):" "sig36: the chunk cut by a signal is not evaluated" "$SG -k mid_chunk"
-mutate fedalf_jax/experiment/loop.py "if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:" \
-  "if schedule.due(t, t == cfg.rounds):" "sig36: no checkpoint of the cut round" "$SG -k mid_chunk"
+mutate fedalf_jax/experiment/loop.py "        if final or interrupted:" \
+  "        if final:" "sig36: no checkpoint of the cut round" "$SG -k mid_chunk"
 mutate fedalf_jax/experiment/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
   "if not ((t - start) % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
   "sig36: a resume from a cut round evaluates eval_every rounds after it" "$SG -k mid_chunk"
@@ -584,6 +584,21 @@ mutate fedalf_jax/experiment/progress.py "            self._bar.last_print_t = s
   "sig36: the first rate counts the compile" "tests/test_startup.py -k first_rate"
 mutate fedalf_jax/experiment/progress.py '            self._note = f"stopping after round {round}"' '            self._note = ""' \
   "sig36: the bar does not say it is stopping" "tests/test_startup.py -k first_rate"
+
+# issue 36 item 10: a throw-away run keeps no checkpoints (label "never36"), tests/test_throwaway.py
+TW=tests/test_throwaway.py
+mutate fedalf_jax/experiment/loop.py $'        if self.kind == "never":  # a throw-away run: not at its end, nor after a signal\n            return False' \
+  $'        if False:\n            return False' "never36: a throw-away run writes its final checkpoint" "$TW -k keeps_none_writes"
+mutate fedalf_jax/experiment/loop.py "and slot.checkpointed != slot.cfg.rounds and slot.cfg.keeps_checkpoints):" \
+  "and slot.checkpointed != slot.cfg.rounds):" "never36: a throw-away run never writes its summary" "$TW -k keeps_none_writes"
+mutate fedalf_jax/experiment/loop.py "elif resume and (ended := _ended_without_checkpoint(cfg, rd)) is not None:" \
+  "elif False:" "never36: a resume of an ended throw-away run runs it again" "$TW -k run_that_keeps_none"
+mutate fedalf_jax/cli.py "        elif not e.checkpoints:" "        elif False:" \
+  "never36: a signal's line promises a checkpoint it has not" "$TW -k signal_to_a_run"
+mutate fedalf_jax/experiment/loop.py '            INTERRUPT.checkpoints = schedule.kind != "never"  # what the signal' \
+  '            pass  # what the signal' "never36: the signal's first line promises a checkpoint" "$TW -k signal_to_a_run"
+mutate fedalf_jax/experiment/sweep.py "            e.checkpoints = any(g.keeps_checkpoints for g in plans)" "            pass" \
+  "never36: a sweep's signal line promises checkpoints" "$TW -k signal_to_a_sweep"
 
 # issue 36 item 1: a mechanism the record states is applied or refused (label "priv36"), tests/test_privacy_declared.py
 PD=tests/test_privacy_declared.py

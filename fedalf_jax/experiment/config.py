@@ -131,7 +131,7 @@ class Config:
     # bookkeeping
     eval_every: int = 10
     train_loss_every: int = 50  # rounds; the train loss passes over every training sample
-    checkpoint_every: str = "300s"  # "N" rounds or "Ns" seconds; always at the end of a run
+    checkpoint_every: str = "300s"  # "N" rounds or "Ns" seconds; always at the end of a run; "never": none at all
     log: str = "csv"  # metrics.csv always; "tensorboard" also writes scalars with tensorboardX
     seed: int = 0
     out: Optional[str] = None
@@ -314,8 +314,13 @@ class Config:
 
     @property
     def checkpoint_policy(self) -> tuple[str, float]:
-        """``("rounds", N)`` or ``("seconds", S)`` from ``checkpoint_every``."""
+        """``("rounds", N)``, ``("seconds", S)`` or ``("never", 0)`` from ``checkpoint_every``."""
         return parse_every(self.checkpoint_every)
+
+    @property
+    def keeps_checkpoints(self) -> bool:
+        """False for a throw-away run (``checkpoint_every="never"``): no checkpoint, not even at its end."""
+        return self.checkpoint_policy[0] != "never"
 
     def check_privacy(self) -> None:
         """The privacy options' consistency (docs/privacy.md); ``ValueError`` with a one-line message."""
@@ -437,13 +442,16 @@ def _check_hp(cfg: "Config") -> None:
 
 
 def parse_every(v: Any) -> tuple[str, float]:
-    """``"50"`` or ``50`` → ``("rounds", 50)``; ``"90s"``, ``"5m"``, ``"1h"`` → ``("seconds", ...)``."""
+    """``"50"`` or ``50`` → ``("rounds", 50)``; ``"90s"``, ``"5m"``, ``"1h"`` → ``("seconds", ...)``;
+    ``"never"`` → ``("never", 0)`` (a throw-away run: no checkpoint at all, so it cannot be resumed)."""
+    if isinstance(v, str) and v.strip().lower() == "never":
+        return "never", 0
     if isinstance(v, int) and not isinstance(v, bool) and v > 0:
         return "rounds", v
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(v))
     if not m or float(m.group(1)) <= 0 or (not m.group(2) and "." in m.group(1)):
         raise ValueError(f"checkpoint_every must be a positive number of rounds (e.g. 50) or of seconds, "
-                         f"minutes or hours (e.g. 300s, 5m, 1h), got {v!r}")
+                         f"minutes or hours (e.g. 300s, 5m, 1h), or never (no checkpoint at all), got {v!r}")
     if not m.group(2):
         return "rounds", int(m.group(1))
     return "seconds", float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]

@@ -262,8 +262,10 @@ class Schedule:
         self.kind, self.every = cfg.checkpoint_policy
         self.last_round, self.last_time = start, time.monotonic()
 
-    def due(self, t: int, final: bool) -> bool:
-        if final:
+    def due(self, t: int, final: bool, interrupted: bool = False) -> bool:
+        if self.kind == "never":  # a throw-away run: not at its end, nor after a signal
+            return False
+        if final or interrupted:
             return True
         if self.kind == "rounds":
             return t - self.last_round >= self.every
@@ -386,6 +388,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     try:
         with INTERRUPT.active():
             INTERRUPT.until = None  # no round in flight (a sweep's previous call may have left its last)
+            INTERRUPT.checkpoints = schedule.kind != "never"  # what the signal's line promises
             try:  # nothing computed yet: a signal leaves now, the compile left to its thread
                 state, hp, data = _interruptible(program.place, state, hp, data, abandon=True)
                 _interruptible(program.loop_programs, state, hp, data, abandon=True)
@@ -423,7 +426,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 record(t, (rounds, ev), tl, sec)
                 state = _retire_diverged(slots, state, hp, data, batched, progress, t)
                 ckpt.check()  # a checkpoint that failed stops the run now, not at its end
-                if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:
+                if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):
                     ckpt.wait()  # the previous one written (or its failure raised) before the next is queued
                     _checkpoint(ckpt, slots, state, batched)
                     schedule.done(t)
@@ -436,7 +439,9 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 if slot is not None:
                     slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
             if INTERRUPT.requested and t < cfg.rounds:
-                raise Interrupted(t, dirs, saved=t > start, signum=INTERRUPT.signum)
+                stopped = Interrupted(t, dirs, saved=t > start and schedule.kind != "never", signum=INTERRUPT.signum)
+                stopped.checkpoints = schedule.kind != "never"
+                raise stopped
     except WriteError as e:
         raise RunStopped(_stopped_message(e, slots, t)) from None
     finally:
@@ -529,7 +534,7 @@ def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None, rebuilt:
     if not slot.rows or (slot.status == "running" and slot.rows[-1]["round"] < slot.cfg.rounds):
         return  # interrupted (or nothing ran): no summary, so the run stays resumable
     if (slot.status == "running" and slot.rundir is not None and rebuilt is None
-            and slot.checkpointed != slot.cfg.rounds):
+            and slot.checkpointed != slot.cfg.rounds and slot.cfg.keeps_checkpoints):
         return  # its last checkpoint was not written (the write failed, or a second signal): --resume redoes it
     if slot.status == "running":
         slot.status = "done"
@@ -671,8 +676,12 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
                         return Slot(cfg, rd, rows=rows_of(rd), status="done")  # nothing left to run
                     if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
                         return _rebuild_summary(cfg, rd, state, writer)
+                elif resume and (ended := _ended_without_checkpoint(cfg, rd)) is not None:
+                    return ended  # a run that kept no checkpoint (checkpoint_every=never) and ended: nothing to run
                 elif resume and writer:
-                    bar.write(f"fedalf: nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")
+                    why = ("it keeps none: checkpoint_every=never" if not cfg.keeps_checkpoints else
+                           "no checkpoint yet")
+                    bar.write(f"fedalf: nothing to resume in {rd.path} ({why}): starting from round 0")
                 if writer:
                     slot.writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv first
                                               extra=extra_columns(exp.spec.algorithm))
@@ -699,6 +708,15 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
     if slot.status == "diverged":
         raise FloatingPointError(slot.message)
     return slot
+
+
+def _ended_without_checkpoint(cfg: Config, rd: RunDir) -> Optional[Slot]:
+    """The ended run of ``rd`` (done or diverged, its summary.json of ``cfg.rounds`` rounds) when it has no
+    checkpoint to resume from (``checkpoint_every=never``); ``None`` otherwise."""
+    s = rd.summary()
+    if s is None or s.get("rounds") != cfg.rounds or s.get("status") not in ("done", "diverged"):
+        return None
+    return Slot(cfg, rd, rows=rows_of(rd), status=s["status"], message=s.get("message", ""))
 
 
 def _prepare(cfg: Config):

@@ -44,6 +44,9 @@ def check_disk(configs: list[Config], root: Path, *, compressed: bool = False, a
     needed then, else ``None``. Compressed checkpoints are smaller by an amount not known in advance
     (float weights compress little), so the line says the uncompressed size."""
     import shutil
+    configs = [c for c in configs if c.keeps_checkpoints]  # a throw-away run (checkpoint_every=never) writes none
+    if not configs:
+        return None
     total, largest = checkpoint_bytes(configs)
     need = total + largest
     free = shutil.disk_usage(root).free
