@@ -597,7 +597,7 @@ mutate fedalf_jax/cli.py "        elif not e.checkpoints:" "        elif False:"
   "never36: a signal's line promises a checkpoint it has not" "$TW -k signal_to_a_run"
 mutate fedalf_jax/experiment/loop.py '            INTERRUPT.checkpoints = schedule.kind != "never"  # what the signal' \
   '            pass  # what the signal' "never36: the signal's first line promises a checkpoint" "$TW -k signal_to_a_run"
-mutate fedalf_jax/experiment/sweep.py "            e.checkpoints = any(g.keeps_checkpoints for g in plans)" "            pass" \
+mutate fedalf_jax/experiment/loop.py "        e.checkpoints = schedule.kind != \"never\"  # the command's" "        pass  # the command's" \
   "never36: a sweep's signal line promises checkpoints" "$TW -k signal_to_a_sweep"
 
 # issue 36 item 1: a mechanism the record states is applied or refused (label "priv36"), tests/test_privacy_declared.py

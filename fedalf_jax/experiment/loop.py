@@ -382,6 +382,11 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         if progress is not None:
             progress.stopping(INTERRUPT.until)
 
+    def stopped(saved: bool) -> Interrupted:
+        e = Interrupted(t, dirs, saved=saved, signum=INTERRUPT.signum)
+        e.checkpoints = schedule.kind != "never"  # the command's last line says what a resume does
+        return e
+
     sizes = _param_sizes(state.variables, batched)  # the tensors a mechanism perturbs: privacy_spent
     ckpt = Checkpointer()
     t = start
@@ -393,7 +398,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 state, hp, data = _interruptible(program.place, state, hp, data, abandon=True)
                 _interruptible(program.loop_programs, state, hp, data, abandon=True)
             except _Abandoned:
-                raise Interrupted(t, dirs, saved=False, signum=INTERRUPT.signum) from None
+                raise stopped(saved=False) from None
             # The initial variables, evaluated as round 0 after the first evaluation (``row0``).
             personal = program.spec.algorithm.personal_model is not None  # round 0 also evaluates the initial states
             variables0 = (jax.tree_util.tree_map(jnp.copy, (state.variables, (state.duals, state.clients) if personal else None))
@@ -439,9 +444,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 if slot is not None:
                     slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
             if INTERRUPT.requested and t < cfg.rounds:
-                stopped = Interrupted(t, dirs, saved=t > start and schedule.kind != "never", signum=INTERRUPT.signum)
-                stopped.checkpoints = schedule.kind != "never"
-                raise stopped
+                raise stopped(saved=t > start and schedule.kind != "never")
     except WriteError as e:
         raise RunStopped(_stopped_message(e, slots, t)) from None
     finally:

@@ -168,12 +168,8 @@ def _resume(root: Path, *, chunk, progress, shard, rounds, programs=None, compre
         state = {"done": total - sum(len(g.members) for g in plans), "best": -math.inf, "total": total}
         _best_of_finished(entries, root, state)
         bar.set_total(sum(g.remaining for g in plans))
-        try:
-            for group in plans:
-                group.run(bar, state)
-        except Interrupted as e:  # the line after it says whether the runs went on from checkpoints
-            e.checkpoints = any(g.keeps_checkpoints for g in plans)
-            raise
+        for group in plans:
+            group.run(bar, state)
         failed = False
     finally:
         if own:
@@ -343,7 +339,6 @@ class _Group:
             if rd is not None and start and (rd.path / METRICS).is_file():
                 read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm)))
         self.remaining = sum(c.rounds - s for (c, _), s in zip(members, self.starts))
-        self.keeps_checkpoints = any(c.keeps_checkpoints for c, _ in members)
         self._one = None  # one run's abstract (state, hp), for abstract_inputs
 
     def run(self, bar: Progress, state: dict) -> None:
