@@ -92,12 +92,13 @@ def _fedalf(*argv, cache, out):
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    """The same ``fedalf run`` twice with one new cache folder: first without a progress bar, then with one."""
+    """The same ``fedalf run`` twice with one new cache folder: first with a progress bar (it compiles, for
+    seconds: the bar shows a stage of more than 1 s), then without one (it loads its programs)."""
     tmp = tmp_path_factory.mktemp("startup")
     cache = tmp / "cache"
-    first = _fedalf("--no-progress", cache=cache, out=tmp / "a")
+    first = _fedalf(cache=cache, out=tmp / "a")
     entries = sorted(p.name for p in cache.iterdir())
-    second = _fedalf(cache=cache, out=tmp / "b")
+    second = _fedalf("--no-progress", cache=cache, out=tmp / "b")
     return dict(tmp=tmp, cache=cache, first=first, entries=entries, second=second)
 
 
@@ -155,14 +156,14 @@ def test_an_entry_cut_short_is_compiled_again_never_trusted(tmp_path):
 # -- the progress bar while it compiles and evaluates
 
 def test_progress_says_compiling_evaluating_and_which_rounds(two_runs):
-    err = two_runs["second"]
+    err = two_runs["first"]
     for said in ("fedalf run (compiling)", "fedalf run (evaluating round 0)",
                  "fedalf run (evaluating round 2)", "fedalf run (evaluating round 4)", "4/4"):
         assert said in err, (said, err[-2000:])
 
 
 def test_no_progress_shows_no_bar(two_runs, capsys):
-    assert "fedalf run" not in two_runs["first"] and "round/s" not in two_runs["first"]
+    assert "fedalf run" not in two_runs["second"] and "round/s" not in two_runs["second"]
     bar = Progress(10, enabled=False)
     with bar.stage("compiling"):
         pass

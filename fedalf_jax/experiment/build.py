@@ -51,7 +51,12 @@ def algorithm(cfg: Config, layer_of) -> A.Algorithm:
         raise ConfigError(f"local_optimizer {cfg.local_optimizer!r}: algorithm {cfg.algorithm!r} chooses its own local "
                           f"optimiser (Algorithm.local_optimizer); drop --local-optimizer, or build the algorithm "
                           f"without one")
-    return dataclasses.replace(alg, local_optimizer=A.local_optimizer(cfg.local_optimizer))
+    return _with_optimizer(alg, cfg.local_optimizer)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_optimizer(alg: A.Algorithm, name: str) -> A.Algorithm:
+    return dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))
 
 
 def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
@@ -69,8 +74,24 @@ def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
         "fedlf": dict(client_grad=cfg.client_grad, **fair),
         "fedalf": dict(server_target=cfg.resolved_server_target, dual_from=cfg.resolved_dual_from, **fair),
     }.get(cfg.algorithm, {})
-    factory = A.FACTORIES[cfg.algorithm]
-    return factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
+    key = (cfg.algorithm, frozen(layer_of), tuple(sorted(kw.items())))
+    if key not in _BUILTINS:
+        factory = A.FACTORIES[cfg.algorithm]
+        if len(_BUILTINS) >= 64:
+            _BUILTINS.pop(next(iter(_BUILTINS)))
+        _BUILTINS[key] = factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
+    return _BUILTINS[key]
+
+
+# The built-in algorithms, built once per choice: two runs of the same choices get the same functions, so
+# their round specs are equal and the second reuses the first's compiled programs (loop._PROGRAMS).
+_BUILTINS: dict = {}
+
+
+def frozen(tree):
+    """A hashable stand-in for a pytree of hashable leaves (its structure and its leaves)."""
+    leaves, structure = jax.tree_util.tree_flatten(tree)
+    return structure, tuple(leaves)
 
 
 def check_own_hparams(cfg: Config, alg: A.Algorithm) -> None:

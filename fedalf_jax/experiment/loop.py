@@ -42,7 +42,7 @@ from ..sim.round import RunState, device_mesh, init_state, run_rounds
 from ..sim.train import make_chunk, train_losses
 from . import accounting
 from . import metrics as M
-from .build import build
+from .build import build, frozen
 from .config import Config, ConfigError
 from .progress import Progress, stage
 from .rundir import PERSONAL_KEYS, RunDir, extra_columns, scalars_of
@@ -111,6 +111,11 @@ class Program:
 
     def _compile(self, key, make, args):
         if key not in self._compiled:
+            shared = _program_key(self, key, args)
+            found = _PROGRAMS.get(shared) if shared is not None else None
+            if found is not None:
+                self._compiled[key] = found
+                return found
             if self.progress is not None:
                 self.progress.compiling(True)
             t0 = time.perf_counter()
@@ -120,6 +125,8 @@ class Program:
                 if self.progress is not None:
                     self.progress.compiling(False)
             self.compile_s += time.perf_counter() - t0
+            if shared is not None:
+                _PROGRAMS.put(shared, self._compiled[key])
         return self._compiled[key]
 
     def compiled(self, length: int, state, hp, data):
@@ -158,6 +165,63 @@ class Program:
     def __call__(self, state, hp, data, length: int):
         state, hp, data = self.place(state, hp, data)
         return self.compiled(length, state, hp, data)(state, hp, data)
+
+
+class _ProgramCache:
+    """The programs this process compiled, most recently used last (at most ``size``): a second run of the
+    same round spec and shapes (another learning rate or seed, a resume, a sweep's single run) reuses the
+    compiled program instead of tracing and compiling it again. JAX's persistent cache (:mod:`.cache`)
+    spares the compile between processes; this spares the tracing and lowering, and the compile in a
+    process without it. A key is only ever equal for the same program: the spec compares its algorithm's
+    functions by identity (the built-in algorithms are built once per choice, :func:`.build.algorithm`)."""
+
+    def __init__(self, size: int = 32):
+        self.size = size
+        self._d: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            found = self._d.pop(key, None)
+            if found is not None:
+                self._d[key] = found
+            return found
+
+    def put(self, key, program) -> None:
+        with self._lock:
+            self._d.pop(key, None)
+            self._d[key] = program
+            while len(self._d) > self.size:
+                self._d.pop(next(iter(self._d)))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+
+_PROGRAMS = _ProgramCache()
+
+
+def _leaf_key(x):
+    """What a compiled program's argument must match: shape, dtype, weak type and placement."""
+    return (tuple(np.shape(x)), str(getattr(x, "dtype", type(x).__name__)), bool(getattr(x, "weak_type", False)),
+            getattr(x, "sharding", None))
+
+
+def _program_key(program: "Program", key, args):
+    """The key of one of ``program``'s programs in :data:`_PROGRAMS`, or ``None`` when it cannot be made (an
+    unhashable spec, or a JAX without the trace context): then the program is compiled as before."""
+    try:
+        from jax._src.config import trace_context  # every option that changes what a trace computes
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        spec = dataclasses.replace(program.spec, layer_of=None)  # compared by identity: its fields instead
+        fields = tuple(getattr(spec, f.name) for f in dataclasses.fields(spec))
+        k = (fields, frozen(program.spec.layer_of), program.batched, program.data_axes, program.run_map, program.devices, key, tree,
+             tuple(_leaf_key(x) for x in leaves), trace_context(), jax.default_backend())
+        hash(k)
+        return k
+    except Exception:  # noqa: BLE001 - a key that cannot be made only costs the compile
+        return None
 
 
 def default_run_map(backend: Optional[str] = None) -> str:

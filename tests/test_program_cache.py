@@ -1,0 +1,63 @@
+"""The programs a process compiled are reused by a later run of the same round spec and shapes (another
+learning rate or seed, a resume): it compiles nothing (its summary's compile_s is 0) and computes the bits
+a freshly compiled program computes; a run whose spec differs (here: another algorithm's choice, another
+shape) compiles its own.
+
+Expectations are independent of the cache: JAX's own count of backend compiles, and the metrics of the
+same runs with the cache emptied before each."""
+
+import jax
+import numpy as np
+import pytest
+
+from fedalf_jax.experiment import loop
+from fedalf_jax.experiment.config import Config
+
+TINY = dict(dataset="synthetic", model="mlp", clients=4, clients_per_round=2, synthetic_train=200, synthetic_test=80,
+            rounds=2, eval_every=1, algorithm="fedalf")
+
+
+@pytest.fixture
+def compiles():
+    """The number of backend compiles (jax.monitoring) since the fixture started."""
+    seen = []
+    listen = lambda event, duration, **kw: seen.append(event) if event.endswith("backend_compile_duration") else None  # noqa: E731
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    yield lambda: len(seen)
+    if hasattr(jax.monitoring, "unregister_event_duration_listener"):
+        jax.monitoring.unregister_event_duration_listener(listen)
+    else:
+        seen.append(None)
+
+
+def _run(tmp_path, name, **kw):
+    return loop.run(Config(**{**TINY, **kw}, out=str(tmp_path / name)), progress=False, full=True)
+
+
+def _acc(slot):
+    return np.array([r["acc"] for r in slot.rows])
+
+
+def test_a_second_run_of_the_same_spec_compiles_nothing_and_computes_the_same_bits(tmp_path, compiles):
+    loop._PROGRAMS.clear()
+    first = _run(tmp_path, "a", lr=0.05, seed=0)
+    n = compiles()
+    assert n >= 3  # the round, the evaluation, the train loss
+    again = _run(tmp_path, "b", lr=0.1, seed=1)  # learning rate and seed are inputs, not the program
+    assert compiles() == n
+    import json
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["compile_s"] == 0.0
+    loop._PROGRAMS.clear()
+    fresh = _run(tmp_path, "c", lr=0.1, seed=1)
+    assert compiles() >= n + 3
+    assert np.array_equal(_acc(again), _acc(fresh)) and not np.array_equal(_acc(first), _acc(fresh))
+    assert [r["test_loss"] for r in again.rows] == [r["test_loss"] for r in fresh.rows]
+
+
+@pytest.mark.parametrize("change", [dict(history=False), dict(clients_per_round=3), dict(algorithm="fedavg")])
+def test_a_run_whose_program_differs_compiles_its_own(tmp_path, compiles, change):
+    loop._PROGRAMS.clear()
+    _run(tmp_path, "a")
+    n = compiles()
+    _run(tmp_path, "b", **change)
+    assert compiles() >= n + 1
