@@ -645,4 +645,13 @@ mutate fedalf_jax/experiment/loop.py "return None if found is None else rd.load_
   "return None if found is None else rd.load_checkpoint(state, round=found[0])._replace(clients=state.clients)" \
   "client37: resume: the per-client collections start afresh" "$CX -k survive_a_checkpoint"
 
+# issue 38: a process reuses the programs it compiled, and only for the same program (label "cache38")
+PC=tests/test_program_cache.py
+mutate fedalf_jax/experiment/loop.py "found = _PROGRAMS.get(shared) if shared is not None else None" "found = None" \
+  "cache38: a second run of the same spec compiles again" "$PC"
+mutate fedalf_jax/experiment/loop.py "        k = (fields, frozen(program.spec.layer_of)," "        k = (frozen(program.spec.layer_of)," \
+  "cache38: the key leaves out the round spec" "$PC"
+mutate fedalf_jax/experiment/build.py "    if key not in _BUILTINS:" "    if True:" \
+  "cache38: built-in algorithms built afresh (their specs never equal)" "$PC"
+
 exit $status

@@ -216,8 +216,9 @@ def _program_key(program: "Program", key, args):
         leaves, tree = jax.tree_util.tree_flatten(args)
         spec = dataclasses.replace(program.spec, layer_of=None)  # compared by identity: its fields instead
         fields = tuple(getattr(spec, f.name) for f in dataclasses.fields(spec))
-        k = (fields, frozen(program.spec.layer_of), program.batched, program.data_axes, program.run_map, program.devices, key, tree,
-             tuple(_leaf_key(x) for x in leaves), trace_context(), jax.default_backend())
+        k = (fields, frozen(program.spec.layer_of),
+             program.batched, program.data_axes, program.run_map, program.devices, key,
+             tree, tuple(_leaf_key(x) for x in leaves), trace_context(), jax.default_backend())
         hash(k)
         return k
     except Exception:  # noqa: BLE001 - a key that cannot be made only costs the compile
