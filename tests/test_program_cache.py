@@ -61,3 +61,12 @@ def test_a_run_whose_program_differs_compiles_its_own(tmp_path, compiles, change
     n = compiles()
     _run(tmp_path, "b", **change)
     assert compiles() >= n + 1
+
+
+def test_a_users_algorithm_is_traced_afresh_for_every_run(tmp_path, compiles):
+    """A notebook's algorithm may read a global that changed between two runs: its programs are not reused."""
+    loop._PROGRAMS.clear()
+    _run(tmp_path, "a", algorithm="examples.fedavgm:fedavgm")
+    n = compiles()
+    _run(tmp_path, "b", algorithm="examples.fedavgm:fedavgm")
+    assert compiles() >= n + 1

@@ -54,9 +54,14 @@ def algorithm(cfg: Config, layer_of) -> A.Algorithm:
     return _with_optimizer(alg, cfg.local_optimizer)
 
 
-@functools.lru_cache(maxsize=64)
 def _with_optimizer(alg: A.Algorithm, name: str) -> A.Algorithm:
-    return dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))
+    if _REUSABLE.get(id(alg)) is not alg:  # a user's algorithm: afresh
+        return dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))
+    key = ("optimizer", id(alg), name)
+    if key not in _BUILTINS:
+        made = dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))
+        _BUILTINS[key] = _REUSABLE[id(made)] = made
+    return _BUILTINS[key]
 
 
 def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
@@ -77,15 +82,23 @@ def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
     key = (cfg.algorithm, frozen(layer_of), tuple(sorted(kw.items())))
     if key not in _BUILTINS:
         factory = A.FACTORIES[cfg.algorithm]
-        if len(_BUILTINS) >= 64:
-            _BUILTINS.pop(next(iter(_BUILTINS)))
-        _BUILTINS[key] = factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
+        alg = factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
+        _BUILTINS[key] = _REUSABLE[id(alg)] = alg
     return _BUILTINS[key]
 
 
-# The built-in algorithms, built once per choice: two runs of the same choices get the same functions, so
-# their round specs are equal and the second reuses the first's compiled programs (loop._PROGRAMS).
+# The built-in algorithms, built once per choice (a process makes a few): two runs of the same choices get the
+# same functions, so their round specs are equal and the second reuses the first's compiled programs
+# (loop._PROGRAMS). Only these are reused: a user's algorithm may read globals a notebook changes between
+# two runs (what a trace bakes in), so its programs are traced afresh for every run.
 _BUILTINS: dict = {}
+_REUSABLE: dict = {}  # id -> the algorithm (kept alive, so an id is never another object's)
+
+
+def reusable(spec) -> bool:
+    """Whether ``spec``'s compiled programs may serve a later run of an equal spec: a built-in algorithm
+    (built here) and a built-in model, whose traces read nothing a user can change between two runs."""
+    return _REUSABLE.get(id(spec.algorithm)) is spec.algorithm and spec.model.name in MODELS
 
 
 def frozen(tree):

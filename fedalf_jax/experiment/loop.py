@@ -42,7 +42,7 @@ from ..sim.round import RunState, device_mesh, init_state, run_rounds
 from ..sim.train import make_chunk, train_losses
 from . import accounting
 from . import metrics as M
-from .build import build, frozen
+from .build import build, frozen, reusable
 from .config import Config, ConfigError
 from .progress import Progress, stage
 from .rundir import PERSONAL_KEYS, RunDir, extra_columns, scalars_of
@@ -173,7 +173,8 @@ class _ProgramCache:
     compiled program instead of tracing and compiling it again. JAX's persistent cache (:mod:`.cache`)
     spares the compile between processes; this spares the tracing and lowering, and the compile in a
     process without it. A key is only ever equal for the same program: the spec compares its algorithm's
-    functions by identity (the built-in algorithms are built once per choice, :func:`.build.algorithm`)."""
+    functions by identity (the built-in algorithms are built once per choice, :func:`.build.algorithm`), and
+    only built-in algorithms and models are reused (:func:`.build.reusable`: a user's may read globals)."""
 
     def __init__(self, size: int = 32):
         self.size = size
@@ -211,6 +212,8 @@ def _leaf_key(x):
 def _program_key(program: "Program", key, args):
     """The key of one of ``program``'s programs in :data:`_PROGRAMS`, or ``None`` when it cannot be made (an
     unhashable spec, or a JAX without the trace context): then the program is compiled as before."""
+    if not reusable(program.spec):
+        return None
     try:
         from jax._src.config import trace_context  # every option that changes what a trace computes
         leaves, tree = jax.tree_util.tree_flatten(args)
