@@ -70,3 +70,13 @@ def test_a_users_algorithm_is_traced_afresh_for_every_run(tmp_path, compiles):
     n = compiles()
     _run(tmp_path, "b", algorithm="examples.fedavgm:fedavgm")
     assert compiles() >= n + 1
+
+
+def test_a_trace_option_of_the_caller_is_part_of_the_key(tmp_path, compiles):
+    loop._PROGRAMS.clear()
+    with jax.default_matmul_precision("bfloat16"):
+        _run(tmp_path, "a")
+    n = compiles()
+    with jax.default_matmul_precision("highest"):
+        _run(tmp_path, "b")
+    assert compiles() >= n + 1  # (a CPU computes both in float32: only a GPU's numbers would differ)

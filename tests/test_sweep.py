@@ -211,6 +211,7 @@ def test_progress_bar_says_compiling_and_reaches_the_end(tmp_path, capsys, monke
     # the bar is drawn once a stage lasts 1 s; the session's compilation cache can make the compile shorter
     real = loop.Progress
     monkeypatch.setattr(loop, "Progress", lambda *a, **k: real(*a, **{**k, "delay": 0.0}))
+    loop._PROGRAMS.clear()  # an earlier test's run of the same programs would leave nothing to compile
     loop.run(Config(algorithm="fedavg", **BASE), progress=True)
     err = capsys.readouterr().err
     assert "(compiling)" in err and "4/4" in err

@@ -655,5 +655,7 @@ mutate fedalf_jax/experiment/build.py "    if key not in _BUILTINS:" "    if Tru
   "cache38: built-in algorithms built afresh (their specs never equal)" "$PC"
 mutate fedalf_jax/experiment/build.py "    return _REUSABLE.get(id(spec.algorithm)) is spec.algorithm and spec.model.name in MODELS" \
   "    return True" "cache38: a user's algorithm (which may read changed globals) reuses its programs" "$PC"
+mutate fedalf_jax/experiment/loop.py "tuple(_leaf_key(x) for x in leaves), _trace_options(), jax.default_backend())" \
+  "tuple(_leaf_key(x) for x in leaves), jax.default_backend())" "cache38: the caller's matmul precision left out of the key" "$PC"
 
 exit $status

@@ -209,19 +209,30 @@ def _leaf_key(x):
             getattr(x, "sharding", None))
 
 
+# The JAX options that change what a trace computes (read in the calling thread: a context manager's value
+# counts, e.g. ``with jax.default_matmul_precision("highest")``).
+_TRACE_OPTIONS = ("jax_default_matmul_precision", "jax_enable_x64", "jax_numpy_rank_promotion",
+                  "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_threefry_partitionable",
+                  "jax_softmax_custom_jvp", "jax_enable_checks", "jax_debug_nans", "jax_debug_infs",
+                  "jax_disable_jit")
+
+
+def _trace_options() -> tuple:
+    return tuple(str(getattr(jax.config, name, None)) for name in _TRACE_OPTIONS)
+
+
 def _program_key(program: "Program", key, args):
-    """The key of one of ``program``'s programs in :data:`_PROGRAMS`, or ``None`` when it cannot be made (an
-    unhashable spec, or a JAX without the trace context): then the program is compiled as before."""
+    """The key of one of ``program``'s programs in :data:`_PROGRAMS`, or ``None`` when it is not to be reused
+    (:func:`.build.reusable`) or cannot be made (an unhashable leaf): then the program is compiled as before."""
     if not reusable(program.spec):
         return None
     try:
-        from jax._src.config import trace_context  # every option that changes what a trace computes
         leaves, tree = jax.tree_util.tree_flatten(args)
         spec = dataclasses.replace(program.spec, layer_of=None)  # compared by identity: its fields instead
         fields = tuple(getattr(spec, f.name) for f in dataclasses.fields(spec))
         k = (fields, frozen(program.spec.layer_of),
              program.batched, program.data_axes, program.run_map, program.devices, key,
-             tree, tuple(_leaf_key(x) for x in leaves), trace_context(), jax.default_backend())
+             tree, tuple(_leaf_key(x) for x in leaves), _trace_options(), jax.default_backend())
         hash(k)
         return k
     except Exception:  # noqa: BLE001 - a key that cannot be made only costs the compile
