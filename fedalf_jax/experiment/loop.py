@@ -209,8 +209,9 @@ def _leaf_key(x):
             getattr(x, "sharding", None))
 
 
-# The JAX options that change what a trace computes (read in the calling thread: a context manager's value
-# counts, e.g. ``with jax.default_matmul_precision("highest")``).
+# The JAX options that change what a trace computes. The programs are traced on a worker thread (so that a
+# signal is answered during a compile), which sees the global options (``jax.config.update``), not a caller's
+# context manager: so are they read here.
 _TRACE_OPTIONS = ("jax_default_matmul_precision", "jax_enable_x64", "jax_numpy_rank_promotion",
                   "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_threefry_partitionable",
                   "jax_softmax_custom_jvp", "jax_enable_checks", "jax_debug_nans", "jax_debug_infs",
