@@ -65,12 +65,24 @@ def test_a_run_whose_program_differs_compiles_its_own(tmp_path, compiles, change
     assert compiles() >= n + 1
 
 
-def test_a_users_algorithm_is_traced_afresh_for_every_run(tmp_path, compiles):
-    """A notebook's algorithm may read a global that changed between two runs: its programs are not reused."""
+def _zeros(params, num_clients):
+    return jax.tree_util.tree_map(jax.numpy.zeros_like, params)
+
+
+@pytest.mark.parametrize("name", ["examples.fedavgm:fedavgm", "registered"])
+def test_a_users_algorithm_is_traced_afresh_for_every_run(tmp_path, compiles, name):
+    """A notebook's algorithm may read a global that changed between two runs: its programs are not reused,
+    even when it is one and the same object (registered as an Algorithm, not a factory)."""
+    import fedalf_jax as fj
+    from examples import fedavgm as M
+    if name == "registered":
+        name = "cache38_user"
+        fj.register_algorithm(name, fj.Algorithm(name, server=M.server, upload=M.upload, private_upload=True,
+                                                 hparams={"beta": 0.9}, init_server_state=_zeros))
     loop._PROGRAMS.clear()
-    _run(tmp_path, "a", algorithm="examples.fedavgm:fedavgm")
+    _run(tmp_path, "a", algorithm=name)
     n = compiles()
-    _run(tmp_path, "b", algorithm="examples.fedavgm:fedavgm")
+    _run(tmp_path, "b", algorithm=name)
     assert compiles() >= n + 1
 
 

@@ -651,7 +651,7 @@ mutate fedalf_jax/experiment/loop.py "found = _PROGRAMS.get(shared) if shared is
   "cache38: a second run of the same spec compiles again" "$PC"
 mutate fedalf_jax/experiment/loop.py "        k = (fields, frozen(program.spec.layer_of)," "        k = (frozen(program.spec.layer_of)," \
   "cache38: the key leaves out the round spec" "$PC"
-mutate fedalf_jax/experiment/build.py "    if key not in _BUILTINS:" "    if True:" \
+mutate fedalf_jax/experiment/build.py $'    if key not in _BUILTINS:\n        factory = A.FACTORIES' $'    if True:\n        factory = A.FACTORIES' \
   "cache38: built-in algorithms built afresh (their specs never equal)" "$PC"
 mutate fedalf_jax/experiment/build.py "    return _REUSABLE.get(id(spec.algorithm)) is spec.algorithm and spec.model.name in MODELS" \
   "    return True" "cache38: a user's algorithm (which may read changed globals) reuses its programs" "$PC"
