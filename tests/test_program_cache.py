@@ -6,9 +6,14 @@ shape) compiles its own.
 Expectations are independent of the cache: a count of JAX's ahead-of-time compiles, and the metrics of the
 same runs with the cache emptied before each."""
 
+import sys
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, as under `python -m pytest`
 
 from fedalf_jax.experiment import loop
 from fedalf_jax.experiment.config import Config
