@@ -693,13 +693,10 @@ def _main(argv) -> int:
         cmd, by = invoked(), ("" if e.signum == signal.SIGINT else f" by {signal_name(e.signum)}")
         again = (_sweep_again(cmd, args, sys.argv[1:] if argv is None else argv) if args.command == "sweep"
                  else f"{cmd} run --resume --out {shlex.quote(str(e.dirs[0]))}" if e.dirs else None)
-        if args.command == "sweep" and not e.checkpoints:
-            kept = (f"its runs keep no checkpoints (--checkpoint-every never): the ended runs are kept, the others "
-                    f"start again from round 0 with: {again}")
-            print(f"fedalf sweep: interrupted{by}: {kept}", file=sys.stderr)
-            return e.exit_status
         if args.command == "sweep":
-            kept = f"every finished round of its runs is saved; continue with: {again}"
+            kept = (f"every finished round of its runs is saved; continue with: {again}" if e.checkpoints else
+                    f"its runs keep no checkpoints (--checkpoint-every never): the ended runs are kept, the others "
+                    f"start again from round 0 with: {again}")
             print(f"fedalf sweep: interrupted{by}: {kept}", file=sys.stderr)
             return e.exit_status
         if again is None:

@@ -152,12 +152,10 @@ class _Interrupt:
                 print(f"\nfedalf: {name}: stopping before the next round starts ({name} again to leave now)",
                       file=sys.stderr, flush=True)
                 return
-            if not self.checkpoints:
-                print(f"\nfedalf: {name}: finishing round {self.until} (in flight), then saving its metrics (no "
-                      f"checkpoint: --checkpoint-every never; {name} again to leave now)", file=sys.stderr, flush=True)
-                return
-            print(f"\nfedalf: {name}: finishing round {self.until} (in flight), then saving its metrics and a "
-                  f"checkpoint ({name} again to leave now, losing the rounds since the last checkpoint)",
+            saving = (f"its metrics and a checkpoint ({name} again to leave now, losing the rounds since the last "
+                      f"checkpoint)" if self.checkpoints else
+                      f"its metrics (no checkpoint: --checkpoint-every never; {name} again to leave now)")
+            print(f"\nfedalf: {name}: finishing round {self.until} (in flight), then saving {saving}",
                   file=sys.stderr, flush=True)
             return
         again = f"{name} again" if signum == self.signum else name

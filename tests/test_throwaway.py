@@ -38,6 +38,19 @@ def _stamps(root: Path) -> dict:
             if p.is_file() and p.name != ".fedalf.lock"}
 
 
+def _sigterm_at_round_2(monkeypatch):
+    """SIGTERM to this process as round 2's evaluation is recorded; returns the real ``loop.eval_row``."""
+    real = loop.eval_row
+
+    def row(t, *args, **kw):
+        if t == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(t, *args, **kw)
+
+    monkeypatch.setattr(loop, "eval_row", row)
+    return real
+
+
 def test_never_is_a_policy_and_a_typo_names_it():
     assert Config(checkpoint_every="never").checkpoint_policy == ("never", 0)
     assert Config(checkpoint_every="never").keeps_checkpoints is False
@@ -66,14 +79,7 @@ def test_a_run_that_keeps_none_writes_none_and_a_resume_has_nothing_to_do(tmp_pa
 def test_a_signal_to_a_run_that_keeps_none_says_a_resume_starts_it_again(tmp_path, capsys, monkeypatch,
                                                                             compile_cache):
     a = tmp_path / "a"
-    real = loop.eval_row
-
-    def row(t, *args, **kw):  # SIGTERM to this process as round 2 is recorded
-        if t == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(t, *args, **kw)
-
-    monkeypatch.setattr(loop, "eval_row", row)
+    real = _sigterm_at_round_2(monkeypatch)
     assert main(["run", *TINY, *NEVER, "--rounds", "6", "--out", str(a)]) == 128 + signal.SIGTERM
     err = capsys.readouterr().err
     assert "then saving its metrics (no checkpoint: --checkpoint-every never; SIGTERM again to leave now)" in err, err
@@ -101,14 +107,7 @@ def test_a_sweep_that_keeps_none_writes_none_and_its_resume_has_nothing_to_do(tm
 def test_a_signal_to_a_sweep_that_keeps_none_says_its_unended_runs_start_again(tmp_path, capsys, monkeypatch,
                                                                                   compile_cache):
     sw = tmp_path / "sw"
-    real = loop.eval_row
-
-    def row(t, *args, **kw):
-        if t == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(t, *args, **kw)
-
-    monkeypatch.setattr(loop, "eval_row", row)
+    _sigterm_at_round_2(monkeypatch)
     assert main(["sweep", *TINY, *NEVER, "--seeds", "0", "--out", str(sw)]) == 128 + signal.SIGTERM
     err = capsys.readouterr().err
     assert ("fedalf sweep: interrupted by SIGTERM: its runs keep no checkpoints (--checkpoint-every never): the ended "

@@ -595,9 +595,9 @@ mutate fedalf_jax/experiment/loop.py "elif resume and (ended := _ended_without_c
   "elif False:" "never36: a resume of an ended throw-away run runs it again" "$TW -k run_that_keeps_none"
 mutate fedalf_jax/cli.py "        elif not e.checkpoints:" "        elif False:" \
   "never36: a signal's line promises a checkpoint it has not" "$TW -k signal_to_a_run"
-mutate fedalf_jax/experiment/loop.py '            INTERRUPT.checkpoints = schedule.kind != "never"  # what the signal' \
+mutate fedalf_jax/experiment/loop.py '            INTERRUPT.checkpoints = keeps  # what the signal' \
   '            pass  # what the signal' "never36: the signal's first line promises a checkpoint" "$TW -k signal_to_a_run"
-mutate fedalf_jax/experiment/loop.py "        e.checkpoints = schedule.kind != \"never\"  # the command's" "        pass  # the command's" \
+mutate fedalf_jax/experiment/loop.py "        e.checkpoints = keeps  # the command's" "        pass  # the command's" \
   "never36: a sweep's signal line promises checkpoints" "$TW -k signal_to_a_sweep"
 
 # issue 36 item 1: a mechanism the record states is applied or refused (label "priv36"), tests/test_privacy_declared.py
@@ -651,7 +651,7 @@ mutate fedalf_jax/experiment/loop.py "found = _PROGRAMS.get(shared) if shared is
   "cache38: a second run of the same spec compiles again" "$PC"
 mutate fedalf_jax/experiment/loop.py "        k = (fields, frozen(program.spec.layer_of)," "        k = (frozen(program.spec.layer_of)," \
   "cache38: the key leaves out the round spec" "$PC"
-mutate fedalf_jax/experiment/build.py $'    if key not in _BUILTINS:\n        factory = A.FACTORIES' $'    if True:\n        factory = A.FACTORIES' \
+mutate fedalf_jax/experiment/build.py $'    if key not in _BUILTINS:\n        alg = make()' $'    if True:\n        alg = make()' \
   "cache38: built-in algorithms built afresh (their specs never equal)" "$PC"
 mutate fedalf_jax/experiment/build.py "    return _REUSABLE.get(id(spec.algorithm)) is spec.algorithm and spec.model.name in MODELS" \
   "    return True" "cache38: a user's algorithm (which may read changed globals) reuses its programs" "$PC"

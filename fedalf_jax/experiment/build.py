@@ -55,13 +55,10 @@ def algorithm(cfg: Config, layer_of) -> A.Algorithm:
 
 
 def _with_optimizer(alg: A.Algorithm, name: str) -> A.Algorithm:
+    make = lambda: dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))  # noqa: E731
     if _REUSABLE.get(id(alg)) is not alg:  # a user's algorithm: afresh
-        return dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))
-    key = ("optimizer", id(alg), name)
-    if key not in _BUILTINS:
-        made = dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))
-        _BUILTINS[key] = _REUSABLE[id(made)] = made
-    return _BUILTINS[key]
+        return make()
+    return _built_once(("optimizer", id(alg), name), make)
 
 
 def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
@@ -79,10 +76,15 @@ def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
         "fedlf": dict(client_grad=cfg.client_grad, **fair),
         "fedalf": dict(server_target=cfg.resolved_server_target, dual_from=cfg.resolved_dual_from, **fair),
     }.get(cfg.algorithm, {})
-    key = (cfg.algorithm, frozen(layer_of), tuple(sorted(kw.items())))
+    factory = A.FACTORIES[cfg.algorithm]
+    return _built_once((cfg.algorithm, frozen(layer_of), tuple(sorted(kw.items()))),
+                       lambda: factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw))
+
+
+def _built_once(key, make) -> A.Algorithm:
+    """The built-in algorithm of ``key``, made by ``make()`` the first time (and marked reusable)."""
     if key not in _BUILTINS:
-        factory = A.FACTORIES[cfg.algorithm]
-        alg = factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw)
+        alg = make()
         _BUILTINS[key] = _REUSABLE[id(alg)] = alg
     return _BUILTINS[key]
 

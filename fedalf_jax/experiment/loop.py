@@ -462,9 +462,11 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         if progress is not None:
             progress.stopping(INTERRUPT.until)
 
+    keeps = cfg.keeps_checkpoints  # False: a throw-away run (checkpoint_every=never)
+
     def stopped(saved: bool) -> Interrupted:
-        e = Interrupted(t, dirs, saved=saved, signum=INTERRUPT.signum)
-        e.checkpoints = schedule.kind != "never"  # the command's last line says what a resume does
+        e = Interrupted(t, dirs, saved=saved and keeps, signum=INTERRUPT.signum)
+        e.checkpoints = keeps  # the command's last line says what a resume does
         return e
 
     sizes = _param_sizes(state.variables, batched)  # the tensors a mechanism perturbs: privacy_spent
@@ -473,7 +475,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     try:
         with INTERRUPT.active():
             INTERRUPT.until = None  # no round in flight (a sweep's previous call may have left its last)
-            INTERRUPT.checkpoints = schedule.kind != "never"  # what the signal's line promises
+            INTERRUPT.checkpoints = keeps  # what the signal's line promises
             try:  # nothing computed yet: a signal leaves now, the compile left to its thread
                 state, hp, data = _interruptible(program.place, state, hp, data, abandon=True)
                 _interruptible(program.loop_programs, state, hp, data, abandon=True)
@@ -524,7 +526,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 if slot is not None:
                     slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
             if INTERRUPT.requested and t < cfg.rounds:
-                raise stopped(saved=t > start and schedule.kind != "never")
+                raise stopped(saved=t > start)
     except WriteError as e:
         raise RunStopped(_stopped_message(e, slots, t)) from None
     finally:
