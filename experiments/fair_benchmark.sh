@@ -6,14 +6,15 @@
 #
 #   bash experiments/fair_benchmark.sh [OUT]        # OUT defaults to runs/fair-benchmark
 #
-# SEEDS, LRS (the local learning rates), FEDLF_LRS (FedLF's server steps) and ROUNDS override the grid; the
-# table in docs/fair.md was made by the reduced grid that fits a 2-core CPU in about half an hour:
-#   SEEDS="0 1" LRS=0.05 FEDLF_LRS=0.05 bash experiments/fair_benchmark.sh runs/fair-quick
+# SEEDS, LRS (the local learning rates), FEDLF_LRS (FedLF's server steps) and ROUNDS override the grid, e.g.
+# the first reduced run (1 seed, 100 rounds, one η; about 11 minutes on a 2-core CPU):
+#   ROUNDS=100 SEEDS=0 LRS=0.05 FEDLF_LRS=0.05 bash experiments/fair_benchmark.sh runs/fair-quick
+# JOBS (default 2) sweeps run at once: one sweep's program keeps about one core busy on a CPU.
 #
-# Resumable: killed, run it again (experiments/sweeps.sh): the ended runs are kept, the others start again
-# (the runs keep no checkpoints, --checkpoint-every never). The small files of every run are kept in
-# docs/fair-runs/ and the table in docs/fair-report/ (fedalf report). On a 2-core CPU expect hours: the 14
-# methods x 2 partitions x 3 seeds x 3 rates are 252 runs of 200 rounds (each rate's seeds one program).
+# Resumable: killed, run it again (experiments/sweeps.sh): ended sweeps return at once, the others resume
+# from their last checkpoint (every 50 rounds). The small files of every run are kept in docs/fair-runs/
+# and the table in docs/fair-report/ (fedalf report). On a 2-core CPU expect about 4 hours of CPU: the 14
+# methods x 2 partitions x 3 seeds x 3 rates are 252 runs of 200 rounds (each partition's 9 runs one program).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . experiments/sweeps.sh
@@ -21,18 +22,28 @@ OUT=${1:-runs/fair-benchmark}
 read -r -a seeds <<< "${SEEDS:-0 1 2}"; read -r -a lrs <<< "${LRS:-0.01 0.05 0.1}"
 read -r -a fedlf_lrs <<< "${FEDLF_LRS:-0.01 0.05 0.1}"
 COMMON=(--dataset fmnist --model mlp --partition pat1 pat2 --rounds "${ROUNDS:-200}" --seeds "${seeds[@]}"
-        --checkpoint-every never)  # the small files are what is kept (docs/fair-runs)
-LOCAL=(fedavg qfedavg fedalf examples.afl:afl examples.fedmgda:fedmgda examples.term:term
-       examples.propfair:propfair examples.fedfv:fedfv examples.ditto:ditto examples.fedper:fedper
-       examples.fedrep:fedrep examples.apfl:apfl)
-for alg in "${LOCAL[@]}"; do
-  name=${alg##*:}
-  sweep "$OUT" "$name" --algorithm "$alg" --lr "${lrs[@]}" "${COMMON[@]}" || echo "$name failed (see $OUT/$name.log)"
+        --checkpoint-every 50)
+# NAME ALGORITHM [options]: the paper's five first (the comparison FedALF is about), then the field's examples.
+JOBLIST=("fedavg fedavg --lr ${lrs[*]}" "qfedavg qfedavg --lr ${lrs[*]}" "fedalf fedalf --lr ${lrs[*]}"
+         "fedlf fedlf --server-lr ${fedlf_lrs[*]}"
+         "ldp-fedalf fedalf --ldp adaptive --epsilon 2 --lr ${lrs[*]}")
+for ex in afl fedmgda term propfair fedfv ditto fedper fedrep apfl; do
+  JOBLIST+=("$ex examples.$ex:$ex --lr ${lrs[*]}")
 done
-sweep "$OUT" ldp-fedalf --algorithm fedalf --ldp adaptive --epsilon 2 --lr "${lrs[@]}" "${COMMON[@]}" \
-  || echo "ldp-fedalf failed"
-sweep "$OUT" fedlf --algorithm fedlf --server-lr "${fedlf_lrs[@]}" "${COMMON[@]}" || echo "fedlf failed"
-for d in "$OUT"/*/; do
-  [ -f "$d/sweep.json" ] && keep "$OUT" "$(basename "$d")" docs/fair-runs
+mkdir -p "$OUT" && rm -rf "$OUT"/.claim-*   # a claim names the sweep a worker of this invocation took
+worker() {
+  local job name alg opts
+  for job in "${JOBLIST[@]}"; do
+    read -r name alg opts <<< "$job"
+    mkdir "$OUT/.claim-$name" 2>/dev/null || continue
+    # shellcheck disable=SC2086  # opts are words
+    sweep "$OUT" "$name" --algorithm "$alg" $opts "${COMMON[@]}" || echo "$name failed (see $OUT/$name.log)"
+  done
+}
+for _ in $(seq "${JOBS:-2}"); do worker & done
+wait
+rm -rf "$OUT"/.claim-*
+for d in "$OUT"/*/; do  # docs/fair-runs/NAME mirrors this benchmark's sweep NAME (no runs of an older grid)
+  [ -f "$d/sweep.json" ] && rm -rf "docs/fair-runs/$(basename "$d")" && keep "$OUT" "$(basename "$d")" docs/fair-runs
 done
 .venv/bin/fedalf report docs/fair-runs --out docs/fair-report
