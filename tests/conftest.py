@@ -12,11 +12,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # (every loop.run, sweep and `fedalf` subprocess compiles its programs afresh), and a program loaded
 # from the cache is the one compiled, so results are bit for bit those without it. JAX keys each entry
 # on the program, its compile options and the versions, so no test can load another's different program.
-# One folder per xdist worker (the CLI subprocesses a test starts share its worker's): JAX writes an
-# entry in place, and a worker reading an entry the other is writing would get it cut short (a warning
-# and a compile, see fedalf_jax/experiment/cache.py). FEDALF_COMPILE_CACHE set by the caller wins
-# (`off`: no cache; a folder: shared by every worker, kept). tests/test_startup.py tests the cache in
-# folders of its own.
+# One folder for the whole session: the xdist workers inherit the controller's FEDALF_COMPILE_CACHE (set
+# below before they start), and so do the CLI subprocesses a test starts, so a program compiled by one
+# worker is loaded by the other. JAX writes an entry in place, so a reader could get an entry another
+# process is still writing (a warning on stderr, which tests read, and a compile): with `filelock`
+# installed (the test extra) JAX_COMPILATION_CACHE_MAX_SIZE turns on JAX's own file lock around every
+# read and write of the folder (its LRU cap, far above what a session writes); without it, each worker
+# gets a folder of its own. FEDALF_COMPILE_CACHE set by the caller wins (`off`: no cache; a folder:
+# shared by every worker, kept). tests/test_startup.py tests the cache in folders of its own.
 _SESSION_ROOT = "FEDALF_TEST_COMPILE_CACHE_ROOT"  # made by the first process (the xdist controller)
 _PREFIX = "fedalf-test-compile-cache-"
 _MADE_HERE = None
@@ -40,8 +43,15 @@ if _SESSION_ROOT not in os.environ:
     _remove_stale_folders()
     _MADE_HERE = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
     os.environ[_SESSION_ROOT] = _MADE_HERE
-os.environ.setdefault("FEDALF_COMPILE_CACHE", os.path.join(os.environ[_SESSION_ROOT],
-                                                           os.environ.get("PYTEST_XDIST_WORKER", "main")))
+try:
+    import filelock  # noqa: F401
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(64 << 30))  # the lock; 64 GiB: never evicts
+    _FOLDER = "shared"
+except ImportError:
+    _FOLDER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+_CHOSEN = "FEDALF_TEST_COMPILE_CACHE_CHOSEN"  # the folder this file chose (a worker inherits its controller's)
+if os.environ.get("FEDALF_COMPILE_CACHE", os.environ.get(_CHOSEN)) == os.environ.get(_CHOSEN):
+    os.environ["FEDALF_COMPILE_CACHE"] = os.environ[_CHOSEN] = os.path.join(os.environ[_SESSION_ROOT], _FOLDER)
 
 import jax  # noqa: E402
 

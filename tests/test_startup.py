@@ -81,8 +81,13 @@ def test_no_compile_cache_flag_wins_over_the_environment(tmp_path, monkeypatch, 
 
 # -- the cache in use: fedalf run twice
 
+def _user_env():
+    """A user's environment: without the test session's lock on its cache (JAX_COMPILATION_CACHE_MAX_SIZE, conftest)."""
+    return {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_MAX_SIZE"}
+
+
 def _fedalf(*argv, cache, out):
-    env = {**os.environ, C.ENV: str(cache), "JAX_PLATFORMS": "cpu",  # log each cache hit, miss and skipped write
+    env = {**_user_env(), C.ENV: str(cache), "JAX_PLATFORMS": "cpu",  # log each cache hit, miss and skipped write
            "JAX_LOG_COMPILES": "1", "JAX_EXPLAIN_CACHE_MISSES": "1"}
     p = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", *TINY, *argv, "--out", str(out)],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -139,7 +144,7 @@ def test_an_entry_cut_short_is_compiled_again_never_trusted(tmp_path):
     # what a reader meets while a concurrent --shard slice writes the entry, or what a killed writer leaves
     def once():
         p = subprocess.run([sys.executable, "-c", _PROGRAM, str(tmp_path / "c")], cwd=REPO, capture_output=True,
-                           text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                           text=True, timeout=120, env={**_user_env(), "JAX_PLATFORMS": "cpu"})
         assert p.returncode == 0, p.stderr[-3000:]
         return float(p.stdout), p.stderr
     want = float(np.sum(np.sin(np.arange(1000, dtype=np.float64)) * np.arange(1000)))  # float64, independently
