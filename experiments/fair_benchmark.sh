@@ -6,19 +6,23 @@
 #
 #   bash experiments/fair_benchmark.sh [OUT]        # OUT defaults to runs/fair-benchmark
 #
-# SEEDS, LRS (the local learning rates), FEDLF_LRS (FedLF's server steps) and ROUNDS override the grid, e.g.
-# the first reduced run (1 seed, 100 rounds, one η; about 11 minutes on a 2-core CPU):
-#   ROUNDS=100 SEEDS=0 LRS=0.05 FEDLF_LRS=0.05 bash experiments/fair_benchmark.sh runs/fair-quick
+# SEEDS, LRS (the local learning rates), FEDLF_LRS (FedLF's server steps) and ROUNDS override the grid; KEEP and
+# REPORT the folders of the kept runs and of the report. The first, reduced run (1 seed, 100 rounds, one η;
+# about 11 minutes on a 2-core CPU) was
+#   ROUNDS=100 SEEDS=0 LRS=0.05 FEDLF_LRS=0.05 KEEP=docs/fair-quick-runs REPORT=docs/fair-quick-report \
+#     bash experiments/fair_benchmark.sh runs/fair-quick
 # JOBS (default 2) sweeps run at once: one sweep's program keeps about one core busy on a CPU.
 #
 # Resumable: killed, run it again (experiments/sweeps.sh): ended sweeps return at once, the others resume
-# from their last checkpoint (every 50 rounds). The small files of every run are kept in docs/fair-runs/
-# and the table in docs/fair-report/ (fedalf report). On a 2-core CPU expect about 4 hours of CPU: the 14
+# from their last checkpoint (every 50 rounds). The small files of every run are kept in KEEP (docs/fair-runs/)
+# and the table in REPORT (docs/fair-report/, fedalf report). On a 2-core CPU expect about 4 hours of CPU: the 14
 # methods x 2 partitions x 3 seeds x 3 rates are 252 runs of 200 rounds (each partition's 9 runs one program).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . experiments/sweeps.sh
 OUT=${1:-runs/fair-benchmark}
+KEEP=${KEEP:-docs/fair-runs}
+REPORT=${REPORT:-docs/fair-report}
 read -r -a seeds <<< "${SEEDS:-0 1 2}"; read -r -a lrs <<< "${LRS:-0.01 0.05 0.1}"
 read -r -a fedlf_lrs <<< "${FEDLF_LRS:-0.01 0.05 0.1}"
 COMMON=(--dataset fmnist --model mlp --partition pat1 pat2 --rounds "${ROUNDS:-200}" --seeds "${seeds[@]}"
@@ -43,7 +47,7 @@ worker() {
 for _ in $(seq "${JOBS:-2}"); do worker & done
 wait
 rm -rf "$OUT"/.claim-*
-for d in "$OUT"/*/; do  # docs/fair-runs/NAME mirrors this benchmark's sweep NAME (no runs of an older grid)
-  [ -f "$d/sweep.json" ] && rm -rf "docs/fair-runs/$(basename "$d")" && keep "$OUT" "$(basename "$d")" docs/fair-runs
+for d in "$OUT"/*/; do  # KEEP/NAME mirrors this benchmark's sweep NAME (no runs of an older grid)
+  [ -f "$d/sweep.json" ] && rm -rf "${KEEP:?}/$(basename "$d")" && keep "$OUT" "$(basename "$d")" "$KEEP"
 done
-.venv/bin/fedalf report docs/fair-runs --out docs/fair-report
+.venv/bin/fedalf report "$KEEP" --out "$REPORT"
