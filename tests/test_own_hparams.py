@@ -6,8 +6,6 @@ here independently: FedAdam's and FedYogi's two rounds by hand in float64 on the
 tests/test_contract.py."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -155,10 +153,19 @@ def test_resume_refuses_a_changed_value_and_accepts_the_same_one(tmp_path):
     chex.assert_trees_all_equal(dict(res.model), dict(whole.model))
 
 
-def _cli(*args, cwd=ROOT):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "fedalf_jax.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+def _cli(*args):
+    """``fedalf ARGS`` by the CLI's main in this process (examples/ is on the path): its exit status, stdout, stderr."""
+    import contextlib
+    import io
+    import types
+    from fedalf_jax.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse's own errors exit, as the process would
+            code = e.code
+    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 _SMALL = ["--dataset", "synthetic", "--model", "mlp", "--clients", "4", "--clients-per-round", "2",
