@@ -442,7 +442,7 @@ def test_a_second_sweep_into_a_running_sweeps_folder_is_refused_and_changes_noth
     import os
     from fedalf_jax.experiment import sweep as S
     out = tmp_path / "sw"
-    argv = ["sweep", *TINY, "--seeds", "0", "1", "--out", str(out)]
+    argv = ["sweep", *TINY, "--algorithm", "fedavg", "--seeds", "0", "1", "--out", str(out)]  # the lock, not FedALF
     real, seen = S._resume, {}
 
     def first_running(root, **kw):  # inside the first sweep's lock, once its plan is written
