@@ -36,7 +36,8 @@ def make_run(root: Path, name: str, *, final_acc: float, final_angle: float, sta
     upto = len(EVAL_ROUNDS) - (status == "running")  # a run in progress has not reached its last round
     for t, a, g in list(zip(EVAL_ROUNDS, acc, angle))[:upto]:
         per_client = {f"acc_{i}": a + o for i, o in enumerate(CLIENT_OFFSETS)}
-        w.write_scalars(int(t), {"mean_acc": a, "angle": math.radians(g), "angle_deg": g, **per_client})
+        w.write_scalars(int(t), {"mean_acc": a, "angle": math.radians(g), "angle_deg": g,
+                                 "worst10_acc": a + CLIENT_OFFSETS.min(), **per_client})  # 4 clients: the worst one
     w.close()
     if status != "running":
         rd.write_summary({"status": status, "rounds": ROUNDS, "round": ROUNDS,
@@ -164,6 +165,18 @@ def test_csv_matches_rows(rep):
             assert float(got[k]) == pytest.approx(want[k], abs=1e-12)
     fedavg = next(r for r in table if r["algorithm"] == "FedAvg" and r["partition"] == "pat1")
     assert float(fedavg["final_acc_std"]) == pytest.approx(np.std(FEDAVG[0.05], ddof=1), abs=1e-12)
+    # the worst 10% of 4 clients is the worst client, 0.1 below the mean (CLIENT_OFFSETS), at the chosen η 0.05
+    assert float(fedavg["final_worst10_mean"]) == pytest.approx(np.mean(FEDAVG[0.05]) - 0.1, abs=1e-9)
+    assert float(fedavg["final_worst10_std"]) == pytest.approx(np.std(FEDAVG[0.05], ddof=1), abs=1e-9)
+
+
+def test_markdown_has_the_worst_clients_table(rep):
+    res, out = rep
+    text = (out / "report.md").read_text()
+    section = text.split("### The worst 10% of clients, final evaluation")[1].split("###")[0]
+    fedavg = next(line for line in section.splitlines() if line.startswith("| FedAvg |"))
+    want = f"{np.mean(FEDAVG[0.05]) - 0.1:.3f} ± {np.std(FEDAVG[0.05], ddof=1):.3f}"
+    assert fedavg.split(" | ")[1] == want, fedavg
 
 
 def test_skipped_runs_are_named(rep):

@@ -52,6 +52,7 @@ class Run:
     rounds: Optional[np.ndarray] = None   # evaluation rounds
     acc: Optional[np.ndarray] = None      # mean accuracy per evaluation
     angle: Optional[np.ndarray] = None    # fairness angle (degrees) per evaluation
+    worst10: Optional[np.ndarray] = None  # mean accuracy of the worst 10% of clients per evaluation (if written)
     clients: Optional[np.ndarray] = None  # [evaluations, N] per-client accuracy
     guarantee: Optional[dict] = None      # private runs: {"guarantee": "holds" | "does not hold", "why"}
     spent: Optional[dict] = None          # summary.json's privacy_spent (runs from before it: None)
@@ -213,6 +214,7 @@ def _load_curves(run: Run, rd: RunDir) -> bool:
     order = np.argsort(m["round"], kind="stable")
     run.rounds = m["round"][order]
     run.acc, run.angle = m["mean_acc"][order], m["angle_deg"][order]
+    run.worst10 = np.asarray(m["worst10_acc"], np.float64)[order] if "worst10_acc" in m else None
     run.clients = rd.client_accuracies(m)[order]
     standard = set(metric_columns(int(run.cfg["clients"])))
     run.own = {k: np.asarray(v, np.float64)[order] for k, v in m.items() if k not in standard

@@ -17,7 +17,7 @@ from .runs import STATUS_WORDS, Cell, Run, _index, _plural, _shorten, cell_guara
 
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
                "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
-               "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
+               "final_worst10_mean", "final_worst10_std", "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
                "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std", "guarantee",
                "eps_spent", "eps_spent_delta")
 
@@ -46,6 +46,8 @@ def cell_row(cell: Cell, last: int) -> dict:
               "lastK_angle": [_last_k(r, r.angle, last).mean() for r in runs]}
     for k, vals in series.items():
         row[f"{k}_mean"], row[f"{k}_std"] = mean_std(vals)
+    worst = [float(r.worst10[-1]) for r in runs if r.worst10 is not None and np.isfinite(r.worst10[-1])]
+    row["final_worst10_mean"], row["final_worst10_std"] = mean_std(worst) if len(worst) == len(runs) else (None, None)
     row["guarantee"] = cell_guarantee(cell)
     row["eps_spent"], row["eps_spent_delta"] = cell_spent(cell)
     names = list(dict.fromkeys(k for r in runs for k in r.own))
@@ -139,6 +141,16 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
     lines = [f"## Model `{model}`", "", "### Final evaluation", "",
              "mean accuracy ± std (fairness angle ± std) over seeds, at the chosen η", ""]
     lines += _md_table(header, body(final))
+
+    def worst(c: Cell) -> str:
+        row = rows.get(id(c), {})
+        return "—" if c.eta is None or row.get("final_worst10_mean") is None else _pm(
+            row["final_worst10_mean"], row["final_worst10_std"], 3)
+
+    lines += ["", "### The worst 10% of clients, final evaluation", "",
+              "mean accuracy of the worst-scoring 10% of clients (`worst10_acc`) ± std over seeds, at the chosen η",
+              ""]
+    lines += _md_table(header, body(worst))
     lines += ["", f"### Mean of the last {last} evaluations of each run (after round 0)", ""]
     lines += _md_table(header, body(lambda c: format_cell(rows[id(c)], "lastK") if c.eta is not None else "—"))
     by_server = sorted({c.variant for c in cells if c.eta_option == "server_lr" and any(
