@@ -1,5 +1,5 @@
 """The report's numbers and text (:mod:`fedalf_jax.reporting`): a cell's row (mean ± std over seeds of
-the final and last-K accuracy and angle, guarantee, ε spent, the algorithm's own and personalised
+the final and last-K accuracy and angle, the final worst-10% accuracy, guarantee, ε spent, the algorithm's own and personalised
 metrics), ``report.md`` (:func:`write_markdown`) and ``table.csv`` (:func:`write_csv`)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from ..experiment.rundir import PERSONAL_KEYS
 from .runs import STATUS_WORDS, Cell, Run, _index, _plural, _shorten, cell_guarantee, cell_spent
 
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
-               "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std",
-               "final_worst10_mean", "final_worst10_std", "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
+               "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std", "final_worst10_mean",
+               "final_worst10_std", "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
                "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std", "guarantee",
                "eps_spent", "eps_spent_delta")
 
