@@ -1,6 +1,7 @@
 """The report's numbers and text (:mod:`fedalf_jax.reporting`): a cell's row (mean ± std over seeds of
-the final and last-K accuracy and angle, the final worst-10% accuracy, guarantee, ε spent, the algorithm's own and personalised
-metrics), ``report.md`` (:func:`write_markdown`) and ``table.csv`` (:func:`write_csv`)."""
+the final and last-K accuracy and angle and of the final worst-10% accuracy, guarantee, ε spent, the
+algorithm's own and personalised metrics), ``report.md`` (:func:`write_markdown`) and ``table.csv``
+(:func:`write_csv`)."""
 
 from __future__ import annotations
 
