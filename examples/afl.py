@@ -8,6 +8,10 @@ each round, with ``l_i = f_i(θ_t)`` the sampled clients' losses and ``Δ_i = θ
     θ ← θ − η_g Σ_i (λ_i / Σ_{j ∈ sel} λ_j) Δ_i                  (the old λ; Σ_k λ_k Δ_k when all N take part)
     λ ← Proj_{Δ_N}(λ + γ_λ ℓ),       ℓ_k = l_k for a sampled client, 0 otherwise,
 
+and no θ step in a round whose sampled clients all have λ_i = 0 (the ratio is 0/0 there: with few clients
+per round the projection sets every other client's λ to 0, so this happens from round 2 on; the paper has
+every client in every round),
+
 ``γ_λ`` being its own hyper-parameter ``lam_lr`` (``--hp lam_lr=0.1``). The projection onto the simplex
 is ``fj.solve_simplex_qp`` on the Gram of the points ``e_k − v`` (``‖λ − v‖² = ‖Σ_k λ_k (e_k − v)‖²`` on
 the simplex), inside the compiled server. Run it from the repository root:
@@ -38,7 +42,8 @@ def upload(theta, w, w_tilde, state, hp, lr_t):
 
 def server(s: fj.ServerIn):
     lam = s.sstate
-    w = lam[s.sel] / jnp.sum(lam[s.sel])
+    tot = jnp.sum(lam[s.sel])
+    w = jnp.where(tot > 0, lam[s.sel] / jnp.where(tot > 0, tot, 1.0), 0.0)  # no step when every λ_i = 0
     theta = jax.tree_util.tree_map(lambda t, d: t - s.server_lr_t * jnp.tensordot(w, d, axes=1), s.theta, s.deltas)
     grad = jnp.zeros_like(lam).at[s.sel].set(s.losses.astype(lam.dtype))
     lam = project_simplex(lam + s.hp.own["lam_lr"] * grad)

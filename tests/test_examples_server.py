@@ -97,6 +97,19 @@ def test_afl_matches_two_rounds_computed_by_hand(tmp_path):
     assert np.abs(_fedavg_by_hand(2, 0.8) - theta).max() > 1e-2
 
 
+def test_afl_with_few_clients_per_round_takes_no_step_where_the_sampled_lambdas_are_all_zero(tmp_path):
+    """2 of 20 clients per round: after round 1 the projection leaves λ > 0 on the sampled clients only, so a round
+    whose 2 clients both have λ = 0 has the weights 0/0; it takes no step (θ and the test loss unchanged), and
+    the run does not turn non-finite (it diverged at every η of docs/fair.md's benchmark before)."""
+    res = fj.run(fj.Config(algorithm="examples.afl:afl", dataset="synthetic", model="mlp", clients=20,
+                           clients_per_round=2, rounds=6, eval_every=1, synthetic_train=400, synthetic_test=100),
+                 progress=False)
+    loss = res.metrics["test_loss"].to_numpy()
+    assert res.status == "done" and np.isfinite(loss).all() and np.isfinite(res.metrics["lambda_max"][1:]).all()
+    still = [t for t in range(2, 7) if loss[t] == loss[t - 1]]
+    assert still and len(still) < 5, loss  # some rounds take no step, not all
+
+
 def test_afl_projection_is_the_float64_one():
     from examples.afl import project_simplex
     rng = np.random.default_rng(0)
