@@ -125,7 +125,9 @@ def test_a_sweep_json_from_before_that_lists_duplicates_still_resumes(tmp_path, 
 
 
 def test_a_sweep_shows_its_stage_from_the_start_before_it_compiles(tmp_path, capsys, monkeypatch):
+    from fedalf_jax.experiment import loop
     monkeypatch.setenv("FEDALF_MEMORY_LIMIT", "10GB")  # sized: its programs compile while it plans memory
+    loop._PROGRAMS.clear()  # an earlier test's run of the same programs in this process would leave nothing to compile
     capsys.readouterr()
     assert main(["sweep", *TINY, "--algorithm", "fedavg", "--seeds", "0", "1", "--out", str(tmp_path / "sw")]) == 0
     err = capsys.readouterr().err
