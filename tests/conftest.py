@@ -95,6 +95,13 @@ def _cache_loads_here(folder: Path) -> bool:
 if _MADE_HERE is not None and os.environ["FEDALF_COMPILE_CACHE"].startswith(_MADE_HERE):
     if not _cache_loads_here(Path(_MADE_HERE) / "probe"):  # off for every worker and subprocess too
         os.environ["FEDALF_COMPILE_CACHE"] = "off"
+# Only programs that took over 0.5 s to compile are written: JAX's lock (above) comes with its LRU cap, whose
+# every write lists and stats every entry of the folder, and this session writes thousands (each op run
+# outside jit is a program of its own): a test that runs ops one by one paid ~0.3 s for each of them,
+# 100 s for one test. The programs under 0.5 s compile again in each process instead.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")  # workers and subprocesses too
+jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
 _CACHE = cache_dir()  # the folder in use (None: off)
 configure(_CACHE)  # for the tests' own calls of loop.run and sweep; main() configures itself the same way
 

@@ -55,11 +55,18 @@ def jax_cache_config():
     compilation_cache.reset_cache()
 
 
-def test_configure_caches_every_program_or_turns_off(tmp_path, jax_cache_config):
+def test_configure_caches_every_program_or_turns_off(tmp_path, jax_cache_config, monkeypatch):
+    monkeypatch.delenv(C.MIN_TIME_ENV, raising=False)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)  # JAX's default
     assert C.configure(tmp_path / "c") == tmp_path / "c" and (tmp_path / "c").is_dir()
     assert jax.config.jax_enable_compilation_cache
     assert jax.config.jax_compilation_cache_dir == str(tmp_path / "c")
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    # a threshold the user gave JAX (which read it from the environment) is kept
+    monkeypatch.setenv(C.MIN_TIME_ENV, "0.25")
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.25)
+    assert C.configure(tmp_path / "c") == tmp_path / "c"
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.25
     assert C.configure(None) is None and not jax.config.jax_enable_compilation_cache
     # a folder that cannot be made: one warning, and the command runs without the cache
     (tmp_path / "file").write_text("")
@@ -82,8 +89,9 @@ def test_no_compile_cache_flag_wins_over_the_environment(tmp_path, monkeypatch, 
 # -- the cache in use: fedalf run twice
 
 def _user_env():
-    """A user's environment: without the test session's lock on its cache (JAX_COMPILATION_CACHE_MAX_SIZE, conftest)."""
-    return {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_MAX_SIZE"}
+    """A user's environment: without the test session's lock on its cache (JAX_COMPILATION_CACHE_MAX_SIZE, conftest)
+    and its threshold (JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS)."""
+    return {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_MAX_SIZE", C.MIN_TIME_ENV)}
 
 
 def _fedalf(*argv, cache, out):

@@ -13,7 +13,8 @@ folder (:func:`cache_dir`), first match wins:
 
 JAX keys every entry on the program, the JAX version, the backend and the compile options, so a stale
 entry is never used; an entry that cannot be loaded (another machine's CPU) is compiled again. The
-folder only grows: remove it to reclaim the space. JAX writes an entry in place, without a lock: a
+folder only grows: remove it to reclaim the space. Every program is kept, however fast it compiled
+(JAX's default keeps only those over 1 s), unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` is set. JAX writes an entry in place, without a lock: a
 process that reads it while another (a concurrent ``--shard`` slice) writes it gets it cut short, which
 JAX rejects with a warning ("Error reading persistent compilation cache entry") and compiles again, so
 results never depend on it; an entry left cut short by a killed process draws that warning, and a
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 ENV = "FEDALF_COMPILE_CACHE"
+MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # set: JAX's threshold, kept (else 0: every program)
 OFF = ("off", "0", "false", "no", "none")
 
 
@@ -59,7 +61,8 @@ def cache_dir(*, disabled: bool = False, env: Optional[Mapping[str, str]] = None
 
 def configure(path: Optional[Path]) -> Optional[Path]:
     """Point JAX's persistent compilation cache at ``path`` (``None``: turn it off) and cache every
-    program, however fast it compiled or small it is. Call it before anything compiles. Returns the
+    program, however fast it compiled or small it is (unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``
+    is set: then only the programs that took longer to compile). Call it before anything compiles. Returns the
     folder in use: ``None`` when off, or when ``path`` cannot be written (a one-line warning says so)."""
     import jax
 
@@ -77,7 +80,8 @@ def configure(path: Optional[Path]) -> Optional[Path]:
     else:
         jax.config.update("jax_enable_compilation_cache", True)
         jax.config.update("jax_compilation_cache_dir", str(path))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # default 1 s: misses most programs
+        if not os.environ.get(MIN_TIME_ENV, "").strip():  # a user's own threshold (JAX read it) wins
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # default 1 s: misses most programs
         try:
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # -1: no size limit
         except AttributeError:  # an older JAX without the option caches every size
