@@ -645,6 +645,24 @@ mutate fedalf_jax/experiment/loop.py "return None if found is None else rd.load_
   "return None if found is None else rd.load_checkpoint(state, round=found[0])._replace(clients=state.clients)" \
   "client37: resume: the per-client collections start afresh" "$CX -k survive_a_checkpoint"
 
+# issue #37 items 1-6, the contract's additions (tests/test_contract_batch.py; labels start with "contract37"; the
+# never-sampled rule is client37's above)
+CB=tests/test_contract_batch.py
+mutate fedalf_jax/sim/round.py "jax.random.fold_in(state.key, state.round), SERVER_KEY)" \
+  "jax.random.fold_in(state.key, state.round + 1), SERVER_KEY)" "contract37: the server key of the next round" "$CB -k server_key"
+mutate fedalf_jax/sim/client.py $'    if local_loss is not None:\n        from .algorithms import Batch' \
+  $'    if False:\n        from .algorithms import Batch' "contract37: local_loss never called" "$CB -k propfair"
+mutate fedalf_jax/problem/models.py "        return out[0], out[1]" "        return out[0], out[0]" \
+  "contract37: the logits passed as the features" "$CB -k features"
+mutate fedalf_jax/sim/round.py "alg.client_kwargs(alg.local_optimizer, bcast, facts, hp=hp)" \
+  "alg.client_kwargs(alg.local_optimizer, bcast, facts)" "contract37: local_optimizer without hp" "$CB -k local_optimizer"
+mutate fedalf_jax/sim/contract.py "        sig.bind(*args, **kw)" "        pass" \
+  "contract37: a signature that does not fit goes unchecked" "$CB -k penalty_batch"
+mutate fedalf_jax/experiment/rundir.py "        if _without_seen(like, leaves, want):" "        if False:" \
+  "contract37: a checkpoint from before the seen clients refused" "$CB -k before_the_seen"
+mutate fedalf_jax/sim/client.py "                                   e * steps + j)" "                                   j)" \
+  "contract37: the step index restarts every epoch" "$CB -k step_index"
+
 # issue 38: a process reuses the programs it compiled, and only for the same program (label "cache38")
 PC=tests/test_program_cache.py
 mutate fedalf_jax/experiment/loop.py "found = _PROGRAMS.get(shared) if shared is not None else None" "found = None" \
