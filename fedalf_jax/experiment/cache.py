@@ -14,12 +14,14 @@ folder (:func:`cache_dir`), first match wins:
 JAX keys every entry on the program, the JAX version, the backend and the compile options, so a stale
 entry is never used; an entry that cannot be loaded (another machine's CPU) is compiled again. The
 folder only grows: remove it to reclaim the space. Every program is kept, however fast it compiled
-(JAX's default keeps only those over 1 s), unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` is set. JAX writes an entry in place, without a lock: a
-process that reads it while another (a concurrent ``--shard`` slice) writes it gets it cut short, which
+(JAX's default keeps only those over 1 s), unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` is
+set. JAX writes an entry in place, without a lock: a process that reads it while another (a
+concurrent ``--shard`` slice) writes it gets it cut short, which
 JAX rejects with a warning ("Error reading persistent compilation cache entry") and compiles again, so
 results never depend on it; an entry left cut short by a killed process draws that warning, and a
 compile, every time: remove the folder. (JAX's locking comes with its LRU cap,
-``jax_compilation_cache_max_size``, which needs ``filelock`` and fails on folders written without it.)
+``jax_compilation_cache_max_size``, which needs ``filelock`` and fails on folders written without it;
+each write under it lists and stats the whole folder: 0.3 s at 3,000 entries.)
 JAX does not persist a program that calls back into Python (``jax.debug.callback``): the run loop's
 programs have no callbacks (the progress bar moves after each chunk, see :mod:`.progress`).
 """
