@@ -59,7 +59,7 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 import pytest  # noqa: E402
 
-from fedalf_jax.experiment.cache import cache_dir, configure  # noqa: E402
+from fedalf_jax.experiment.cache import MIN_TIME_ENV, cache_dir, configure  # noqa: E402
 
 
 def _cache_loads_here(folder: Path) -> bool:
@@ -99,9 +99,8 @@ if _MADE_HERE is not None and os.environ["FEDALF_COMPILE_CACHE"].startswith(_MAD
 # every write lists and stats every entry of the folder, and this session writes thousands (each op run
 # outside jit is a program of its own): a test that runs ops one by one paid ~0.3 s for each of them,
 # 100 s for one test. The programs under 0.5 s compile again in each process instead.
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")  # workers and subprocesses too
-jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+os.environ.setdefault(MIN_TIME_ENV, "0.5")  # workers and subprocesses too
+jax.config.update("jax_persistent_cache_min_compile_time_secs", float(os.environ[MIN_TIME_ENV]))
 _CACHE = cache_dir()  # the folder in use (None: off)
 configure(_CACHE)  # for the tests' own calls of loop.run and sweep; main() configures itself the same way
 

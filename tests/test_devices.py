@@ -19,20 +19,22 @@ from pathlib import Path
 import numpy as np
 
 NOT_COMPARED = ("seconds_per_round", "qp_iters", "qp_residual")
-SCRIPT = textwrap.dedent("""
+# the run every check makes (one device, four, two processes): the two-process run compares with run1 below
+T = ["--dataset", "synthetic", "--model", "mlp", "--clients", "12", "--clients-per-round", "8",
+     "--synthetic-train", "600", "--synthetic-test", "160", "--batch-size", "20", "--rounds", "4",
+     "--eval-every", "2", "--no-progress", "--algorithm", "fedalf", "--history", "on"]
+SCRIPT = textwrap.dedent(f"""
     import sys
     from fedalf_jax.cli import main
-    T = ["--dataset", "synthetic", "--model", "mlp", "--clients", "12", "--clients-per-round", "8",
-         "--synthetic-train", "600", "--synthetic-test", "160", "--batch-size", "20", "--rounds", "4",
-         "--eval-every", "2", "--no-progress", "--algorithm", "fedalf", "--history", "on"]
+    T = {T!r}
     out = sys.argv[1]
     import jax
     assert len(jax.devices()) == 4, jax.devices()
     for d in ("1", "4"):
-        assert main(["run", *T, "--devices", d, "--out", f"{out}/run{d}"]) == 0
+        assert main(["run", *T, "--devices", d, "--out", f"{{out}}/run{{d}}"]) == 0
         assert main(["sweep", *T, "--seeds", "0", "1", "2", "--lr", "0.05", "0.1", "--devices", d,
-                     "--out", f"{out}/sweep{d}"]) == 0
-    assert main(["run", *T, "--clients-per-round", "3", "--devices", "4", "--out", f"{out}/bad"]) == 2
+                     "--out", f"{{out}}/sweep{{d}}"]) == 0
+    assert main(["run", *T, "--clients-per-round", "3", "--devices", "4", "--out", f"{{out}}/bad"]) == 2
 """)
 
 
@@ -121,12 +123,9 @@ def _two_processes(tmp_path, one):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    t = ["--dataset", "synthetic", "--model", "mlp", "--clients", "12", "--clients-per-round", "8",
-         "--synthetic-train", "600", "--synthetic-test", "160", "--batch-size", "20", "--rounds", "4",
-         "--eval-every", "2", "--no-progress", "--algorithm", "fedalf", "--history", "on"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", "run", *t, "--devices", "2",
+    procs = [subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", "run", *T, "--devices", "2",
                                "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i),
                                "--out", str(tmp_path / "mp")], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(2)]
