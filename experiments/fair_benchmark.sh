@@ -34,7 +34,12 @@ JOBLIST=("fedavg fedavg --lr ${lrs[*]}" "qfedavg qfedavg --lr ${lrs[*]}" "fedalf
 for ex in afl fedmgda term propfair fedfv ditto fedper fedrep apfl; do
   JOBLIST+=("$ex examples.$ex:$ex --lr ${lrs[*]}")
 done
-mkdir -p "$OUT" && rm -rf "$OUT"/.claim-*   # a claim names the sweep a worker of this invocation took
+mkdir -p "$OUT"
+if command -v flock > /dev/null; then  # one invocation per OUT: a second would remove the first's claims below
+  exec 9> "$OUT/.benchmark.lock"
+  flock -n 9 || { echo "fair_benchmark: another invocation is running on $OUT; wait for it to end" >&2; exit 2; }
+fi
+rm -rf "$OUT"/.claim-*   # a claim names the sweep a worker of this invocation took
 worker() {
   local job name alg opts
   for job in "${JOBLIST[@]}"; do
@@ -44,8 +49,14 @@ worker() {
     sweep "$OUT" "$name" --algorithm "$alg" $opts "${COMMON[@]}" || echo "$name failed (see $OUT/$name.log)"
   done
 }
-for _ in $(seq "${JOBS:-2}"); do worker & done
+pids=()
+for _ in $(seq "${JOBS:-2}"); do worker & pids+=($!); done
+# Ctrl-C, SIGTERM or SIGHUP: each worker passes SIGTERM on to its sweep (sweeps.sh), which saves its runs and
+# exits, and takes no further sweep; this script waits for them, then exits (run it again to resume)
+trap 'trap - INT TERM HUP; echo "fair_benchmark: stopping: each running sweep saves its runs" >&2
+      kill -TERM "${pids[@]}" 2>/dev/null || true; wait || true; exit 143' INT TERM HUP
 wait
+trap - INT TERM HUP
 rm -rf "$OUT"/.claim-*
 for d in "$OUT"/*/; do  # KEEP/NAME mirrors this benchmark's sweep NAME (no runs of an older grid)
   [ -f "$d/sweep.json" ] && rm -rf "${KEEP:?}/$(basename "$d")" && keep "$OUT" "$(basename "$d")" "$KEEP"
