@@ -1,0 +1,128 @@
+"""Where the suite's time goes: a pytest plugin that records, per test, its wall time, its process's CPU time,
+the CPU time of the subprocesses it waited for, and every program XLA compiled for it (the program's name, the
+seconds ``compile_or_get_cached`` took, a load from the compilation cache included, and for those over 0.2 s
+a hash of the program's text, to count the same program compiled twice); and a report of those records.
+
+    PYTHONPATH=tests .venv/bin/pytest -p suite_profile        # each worker writes its records
+    .venv/bin/python tests/suite_profile.py                   # the report
+
+Records go to ``$FEDALF_SUITE_PROFILE`` (default: ``fedalf-suite-profile`` in the system's temporary folder),
+one JSON file per xdist worker, written at the session's end. What a test's subprocesses compile counts in
+their CPU time, not among the programs; a notebook kernel (not waited for as a child) in neither. The hook is
+JAX's private ``jax._src.compiler.compile_or_get_cached``: where a JAX version lacks it, the programs go
+unrecorded and the rest still works. docs/suite_time.md has what it found.
+"""
+
+import collections
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+FOLDER = Path(os.environ.get("FEDALF_SUITE_PROFILE", Path(tempfile.gettempdir()) / "fedalf-suite-profile"))
+HASHED_OVER_S = 0.2
+
+_current = {"test": None}
+_compiles = []  # (test, program, seconds, hash or None)
+_tests = {}  # test -> {"wall", "cpu", "children"}
+
+
+def _record_compiles():
+    try:
+        from jax._src import compiler
+        orig = compiler.compile_or_get_cached
+    except (ImportError, AttributeError):
+        return
+
+    def compile_or_get_cached(backend, computation, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = orig(backend, computation, *args, **kwargs)
+        dt = time.perf_counter() - t0
+        name = str(computation.operation.attributes["sym_name"]).strip('"')
+        digest = hashlib.sha1(str(computation).encode()).hexdigest()[:12] if dt > HASHED_OVER_S else None
+        _compiles.append((_current["test"], name, round(dt, 4), digest))
+        return out
+
+    compiler.compile_or_get_cached = compile_or_get_cached
+
+
+def pytest_configure(config):
+    _record_compiles()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current["test"] = item.nodeid
+    t0, c0 = time.perf_counter(), os.times()
+    yield
+    c1 = os.times()
+    _tests[item.nodeid] = {"wall": time.perf_counter() - t0,
+                           "cpu": (c1.user - c0.user) + (c1.system - c0.system),
+                           "children": (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)}
+    _current["test"] = None
+
+
+
+def pytest_sessionfinish(session):
+    if not _tests:  # the xdist controller runs no test
+        return
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (FOLDER / f"{worker}.json").write_text(json.dumps({"tests": _tests, "compiles": _compiles}))
+
+
+# ---- the report ----------------------------------------------------------------------------------------
+
+def report(folder: Path = FOLDER, top: int = 25) -> str:
+    tests, compiles = {}, []
+    for f in sorted(folder.glob("*.json")):
+        d = json.loads(f.read_text())
+        tests.update(d["tests"])
+        compiles += [tuple(c) for c in d["compiles"]]
+    if not tests:
+        return f"no records in {folder}: run PYTHONPATH=tests .venv/bin/pytest -p suite_profile first"
+    s = lambda xs: sum(xs)  # noqa: E731
+    wall, cpu, children = (s(t[k] for t in tests.values()) for k in ("wall", "cpu", "children"))
+    big = [c for c in compiles if c[3] is not None]
+    small = s(c[2] for c in compiles if c[3] is None)
+    per_hash = collections.defaultdict(list)
+    for c in big:
+        per_hash[c[3]].append(c[2])
+    again = s(s(v) - max(v) for v in per_hash.values())
+    out = [f"{len(tests)} tests, {wall:.0f} worker-seconds (wall, summed over the workers); their processes' CPU "
+           f"{cpu:.0f} s, their subprocesses' {children:.0f} s",
+           f"programs compiled or loaded: {len(compiles)}, {s(c[2] for c in compiles):.0f} s; over {HASHED_OVER_S} s: "
+           f"{len(big)} calls of {len(per_hash)} distinct programs, {s(c[2] for c in big):.0f} s, of which "
+           f"{again:.0f} s went to a program seen before (compiled again, or loaded from the cache); the rest ({len(compiles) - len(big)} calls) {small:.0f} s", ""]
+    by_file = collections.defaultdict(lambda: collections.Counter())
+    for name, t in tests.items():
+        f = name.split("::")[0]
+        by_file[f].update({**t, "n": 1})
+    for c in compiles:
+        if c[0] is not None:
+            by_file[c[0].split("::")[0]]["compile"] += c[2]
+    out.append(f"{'file':<40} {'tests':>5} {'wall':>6} {'cpu':>6} {'subproc':>7} {'compile':>7}")
+    for f, c in sorted(by_file.items(), key=lambda kv: -kv[1]["wall"])[:top]:
+        out.append(f"{Path(f).name:<40} {c['n']:>5} {c['wall']:>6.0f} {c['cpu']:>6.0f} {c['children']:>7.0f} "
+                   f"{c['compile']:>7.0f}")
+    per_test = collections.Counter()
+    for c in compiles:
+        if c[0] is not None:
+            per_test[c[0]] += c[2]
+    out += ["", f"{'wall':>6} {'compile':>7} {'subproc':>7}  test (the {top} longest)"]
+    for name, t in sorted(tests.items(), key=lambda kv: -kv[1]["wall"])[:top]:
+        out.append(f"{t['wall']:>6.1f} {per_test[name]:>7.1f} {t['children']:>7.1f}  {name}")
+    names = collections.Counter()
+    for c in big:
+        names[c[1]] += c[2]
+    out += ["", "programs over 0.2 s by name: " + ", ".join(f"{k} {v:.0f} s" for k, v in names.most_common(8))]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(report(Path(sys.argv[1]) if len(sys.argv) > 1 else FOLDER))

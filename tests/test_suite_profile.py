@@ -1,0 +1,36 @@
+"""tests/suite_profile.py's report, on records written here by hand: its totals are the sums worked out
+below, not another pass over the same records."""
+
+import json
+
+from suite_profile import report
+
+
+def test_report_sums_the_workers_records_and_counts_a_program_seen_before(tmp_path):
+    (tmp_path / "gw0.json").write_text(json.dumps({
+        "tests": {"tests/test_a.py::one": {"wall": 10.0, "cpu": 8.0, "children": 0.0},
+                  "tests/test_a.py::two": {"wall": 4.0, "cpu": 1.0, "children": 3.0}},
+        "compiles": [["tests/test_a.py::one", "jit_round", 5.0, "h1"],
+                     ["tests/test_a.py::one", "jit_chunk", 0.1, None],
+                     ["tests/test_a.py::two", "jit_round", 1.0, "h1"]]}))  # h1 again: 1 s seen before
+    (tmp_path / "gw1.json").write_text(json.dumps({
+        "tests": {"tests/test_b.py::three": {"wall": 6.0, "cpu": 6.0, "children": 0.0}},
+        "compiles": [["tests/test_b.py::three", "jit_mapped", 2.0, "h2"]]}))
+    out = report(tmp_path, top=5)
+    lines = out.splitlines()
+    assert lines[0] == ("3 tests, 20 worker-seconds (wall, summed over the workers); their processes' CPU 15 s, "
+                        "their subprocesses' 3 s")
+    assert lines[1].startswith("programs compiled or loaded: 4, 8 s; over 0.2 s: 3 calls of 2 distinct programs, 8 s, "
+                               "of which 1 s went to a program seen before"), lines[1]
+    assert "the rest (1 calls) 0 s" in lines[1]
+    rows = {ln.split()[0]: ln.split()[1:] for ln in lines if ln.startswith("test_")}
+    assert rows["test_a.py"] == ["2", "14", "9", "3", "6"] and rows["test_b.py"] == ["1", "6", "6", "0", "2"]
+    assert lines.index("programs over 0.2 s by name: jit_round 6 s, jit_mapped 2 s") > 0
+    longest = [ln for ln in lines if ln.endswith(("::one", "::two", "::three"))]
+    assert [ln.split()[-1] for ln in longest] == ["tests/test_a.py::one", "tests/test_b.py::three",
+                                                  "tests/test_a.py::two"]
+    assert longest[0].split()[:3] == ["10.0", "5.1", "0.0"]
+
+
+def test_report_without_records_says_how_to_make_them(tmp_path):
+    assert "run PYTHONPATH=tests .venv/bin/pytest -p suite_profile first" in report(tmp_path)
