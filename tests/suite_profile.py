@@ -7,10 +7,11 @@ a hash of the program's text, to count the same program compiled twice); and a r
     .venv/bin/python tests/suite_profile.py                   # the report
 
 Records go to ``$FEDALF_SUITE_PROFILE`` (default: ``fedalf-suite-profile`` in the system's temporary folder),
-one JSON file per xdist worker, written at the session's end. What a test's subprocesses compile counts in
-their CPU time, not among the programs; a notebook kernel (not waited for as a child) in neither. The hook is
-JAX's private ``jax._src.compiler.compile_or_get_cached``: where a JAX version lacks it, the programs go
-unrecorded and the rest still works. docs/suite_time.md has what it found.
+one JSON file per xdist worker, written at the session's end (a session starts by removing the last one's).
+What a test's subprocesses compile counts in their CPU time, not among the programs; a notebook kernel (not
+waited for as a child) in neither. The hook is JAX's private ``jax._src.compiler.compile_or_get_cached``:
+where a JAX version lacks it, the programs go unrecorded and the rest still works.
+docs/suite_time.md has what it found.
 """
 
 import collections
@@ -52,6 +53,9 @@ def _record_compiles():
 
 
 def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the session's first process: a last session's records go
+        for old in FOLDER.glob("*.json"):
+            old.unlink()
     _record_compiles()
 
 
