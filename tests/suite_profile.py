@@ -90,34 +90,29 @@ def report(folder: Path = FOLDER, top: int = 25) -> str:
         compiles += [tuple(c) for c in d["compiles"]]
     if not tests:
         return f"no records in {folder}: run PYTHONPATH=tests .venv/bin/pytest -p suite_profile first"
-    s = lambda xs: sum(xs)  # noqa: E731
-    wall, cpu, children = (s(t[k] for t in tests.values()) for k in ("wall", "cpu", "children"))
+    wall, cpu, children = (sum(t[k] for t in tests.values()) for k in ("wall", "cpu", "children"))
     big = [c for c in compiles if c[3] is not None]
-    small = s(c[2] for c in compiles if c[3] is None)
     per_hash = collections.defaultdict(list)
     for c in big:
         per_hash[c[3]].append(c[2])
-    again = s(s(v) - max(v) for v in per_hash.values())
+    again = sum(sum(v) - max(v) for v in per_hash.values())
     out = [f"{len(tests)} tests, {wall:.0f} worker-seconds (wall, summed over the workers); their processes' CPU "
            f"{cpu:.0f} s, their subprocesses' {children:.0f} s",
-           f"programs compiled or loaded: {len(compiles)}, {s(c[2] for c in compiles):.0f} s; over {HASHED_OVER_S} s: "
-           f"{len(big)} calls of {len(per_hash)} distinct programs, {s(c[2] for c in big):.0f} s, of which "
-           f"{again:.0f} s went to a program seen before (compiled again, or loaded from the cache); the rest ({len(compiles) - len(big)} calls) {small:.0f} s", ""]
-    by_file = collections.defaultdict(lambda: collections.Counter())
-    for name, t in tests.items():
-        f = name.split("::")[0]
-        by_file[f].update({**t, "n": 1})
-    for c in compiles:
-        if c[0] is not None:
-            by_file[c[0].split("::")[0]]["compile"] += c[2]
-    out.append(f"{'file':<40} {'tests':>5} {'wall':>6} {'cpu':>6} {'subproc':>7} {'compile':>7}")
-    for f, c in sorted(by_file.items(), key=lambda kv: -kv[1]["wall"])[:top]:
-        out.append(f"{Path(f).name:<40} {c['n']:>5} {c['wall']:>6.0f} {c['cpu']:>6.0f} {c['children']:>7.0f} "
-                   f"{c['compile']:>7.0f}")
+           f"programs compiled or loaded: {len(compiles)}, {sum(c[2] for c in compiles):.0f} s; over {HASHED_OVER_S} s: "
+           f"{len(big)} calls of {len(per_hash)} distinct programs, {sum(c[2] for c in big):.0f} s, of which "
+           f"{again:.0f} s went to a program seen before (compiled again, or loaded from the cache); the rest "
+           f"({len(compiles) - len(big)} calls) {sum(c[2] for c in compiles if c[3] is None):.0f} s", ""]
     per_test = collections.Counter()
     for c in compiles:
         if c[0] is not None:
             per_test[c[0]] += c[2]
+    by_file = collections.defaultdict(collections.Counter)
+    for name, t in tests.items():
+        by_file[name.split("::")[0]].update({**t, "n": 1, "compile": per_test[name]})
+    out.append(f"{'file':<40} {'tests':>5} {'wall':>6} {'cpu':>6} {'subproc':>7} {'compile':>7}")
+    for f, c in sorted(by_file.items(), key=lambda kv: -kv[1]["wall"])[:top]:
+        out.append(f"{Path(f).name:<40} {c['n']:>5} {c['wall']:>6.0f} {c['cpu']:>6.0f} {c['children']:>7.0f} "
+                   f"{c['compile']:>7.0f}")
     out += ["", f"{'wall':>6} {'compile':>7} {'subproc':>7}  test (the {top} longest)"]
     for name, t in sorted(tests.items(), key=lambda kv: -kv[1]["wall"])[:top]:
         out.append(f"{t['wall']:>6.1f} {per_test[name]:>7.1f} {t['children']:>7.1f}  {name}")
