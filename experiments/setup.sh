@@ -22,9 +22,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # setuptools' editable build prints an informational box ("Editable installation ... be careful with
-# folders named like the package"); it is not a problem here, so it is silenced
+# folders named like the package"); it is not a problem here, so it is silenced. experiments/constraints.txt:
+# versions kept out because they are slower (each line says why)
 PYTHONWARNINGS="ignore:Editable installation${PYTHONWARNINGS:+,$PYTHONWARNINGS}" \
-  .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
+  .venv/bin/python -m pip install --quiet -c experiments/constraints.txt -e ".[$EXTRAS]"
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && command -v apt-get >/dev/null; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
   $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 \
