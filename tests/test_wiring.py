@@ -73,8 +73,8 @@ def test_history_tau_reaches_the_fair_server():
     τ = ⌊M/m⌋ = 2 keeps."""
     from fedalf_jax.sim.round import run_rounds
 
-    def params(**kw):
-        exp = build(Config(algorithm="fedalf", **{**SMALL, **kw}))
+    def params(**kw):  # the pgd QP only makes the four programs quicker to compile (~1.2 s each)
+        exp = build(Config(algorithm="fedalf", qp_method="pgd", **{**SMALL, **kw}))
         state = init_state(exp.spec, 0)
         state, _ = jax.jit(lambda s: run_rounds(exp.spec, s, exp.hp, exp.data, 4))(state)
         return np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(state.variables)])
