@@ -209,3 +209,17 @@ def test_the_first_rate_counts_rounds_only_not_the_loading_and_the_compile(capsy
     assert rate is not None and rate > 4, rate  # 1 / 0.15 s ≈ 6.7 rounds/s; with the compile counted ≈ 1.5
     assert "fedalf run (stopping after round 4)" in capsys.readouterr().err
 
+
+
+def test_importing_jax_does_not_spend_most_of_a_second_on_ml_dtypes():
+    """Every process that imports jax imports ml_dtypes: 0.7.0's module init takes ~0.7 s of CPU (0.6.0:
+    ~5 ms), paid by each fedalf command, sweep worker, notebook kernel and the ~160 processes of this suite.
+    experiments/setup.sh keeps it out (experiments/constraints.txt). CPU time of the import alone, numpy
+    imported first, in a fresh process."""
+    code = ("import time, numpy; t = time.process_time(); import ml_dtypes; "
+            "print(time.process_time() - t, ml_dtypes.__version__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    cpu, version = out.stdout.split()
+    assert float(cpu) < 0.25, (f"import ml_dtypes ({version}) took {float(cpu):.2f} s of CPU: install with "
+                               "experiments/constraints.txt (bash experiments/setup.sh does)")
