@@ -53,9 +53,16 @@ _CHOSEN = "FEDALF_TEST_COMPILE_CACHE_CHOSEN"  # the folder this file chose (a wo
 if os.environ.get("FEDALF_COMPILE_CACHE", os.environ.get(_CHOSEN)) == os.environ.get(_CHOSEN):
     os.environ["FEDALF_COMPILE_CACHE"] = os.environ[_CHOSEN] = os.path.join(os.environ[_SESSION_ROOT], _FOLDER)
 
+# Every dot at full float32 (a GPU's default would use TF32, too loose for the float64 references), set in
+# the environment so that the `fedalf` subprocesses the tests start trace with it too: a program traced
+# with another precision is another program, so a subprocess that ran at JAX's default compiled every
+# program the test's own process had already put in the shared cache (~160 processes per session). On a
+# CPU the precision changes no bit; tests/test_precision.py tests the option itself.
+os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
+
 import jax  # noqa: E402
 
-jax.config.update("jax_default_matmul_precision", "highest")
+jax.config.update("jax_default_matmul_precision", "highest")  # the same, where jax was imported first
 
 import pytest  # noqa: E402
 
