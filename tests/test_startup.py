@@ -223,3 +223,20 @@ def test_importing_jax_does_not_spend_most_of_a_second_on_ml_dtypes():
     cpu, version = out.stdout.split()
     assert float(cpu) < 0.25, (f"import ml_dtypes ({version}) took {float(cpu):.2f} s of CPU: install with "
                                "experiments/constraints.txt (bash experiments/setup.sh does)")
+
+
+def test_a_fedalf_subprocess_loads_the_programs_this_test_process_compiled(tmp_path, monkeypatch, jax_cache_config,
+                                                                          capsys):
+    """The tests' own processes and the `fedalf` processes they start trace the same programs (conftest puts
+    their JAX options in the environment): a program traced at another matmul precision is another program,
+    and the subprocess compiled again what the session's cache already held."""
+    monkeypatch.setenv(C.ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(C.MIN_TIME_ENV, raising=False)  # every program written, however quick its compile
+    argv = [*TINY, "--synthetic-train", "210", "--no-progress"]  # a shape no other test compiles in this process
+    assert main(["run", *argv, "--out", str(tmp_path / "here")]) == 0
+    written = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert any(n.startswith("jit_round-") for n in written), written
+    log = _fedalf(*argv[len(TINY):], cache=tmp_path / "cache", out=tmp_path / "there")
+    # (only the run's own programs: an op this process had compiled for an earlier test was not compiled, nor
+    # written, again)
+    assert _hits(log, "jit_round") == 1 and _hits(log, "jit_chunk") == 1, log[-3000:]
