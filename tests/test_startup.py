@@ -210,7 +210,6 @@ def test_the_first_rate_counts_rounds_only_not_the_loading_and_the_compile(capsy
     assert "fedalf run (stopping after round 4)" in capsys.readouterr().err
 
 
-
 def test_importing_jax_does_not_spend_most_of_a_second_on_ml_dtypes():
     """Every process that imports jax imports ml_dtypes: 0.7.0's module init takes ~0.7 s of CPU (0.6.0:
     ~5 ms), paid by each fedalf command, sweep worker, notebook kernel and the ~160 processes of this suite.
@@ -225,8 +224,7 @@ def test_importing_jax_does_not_spend_most_of_a_second_on_ml_dtypes():
                                "experiments/constraints.txt (bash experiments/setup.sh does)")
 
 
-def test_a_fedalf_subprocess_loads_the_programs_this_test_process_compiled(tmp_path, monkeypatch, jax_cache_config,
-                                                                          capsys):
+def test_a_fedalf_subprocess_loads_the_programs_this_test_process_compiled(tmp_path, monkeypatch, jax_cache_config):
     """The tests' own processes and the `fedalf` processes they start trace the same programs (conftest puts
     their JAX options in the environment): a program traced at another matmul precision is another program,
     and the subprocess compiled again what the session's cache already held."""
