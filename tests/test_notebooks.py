@@ -45,7 +45,8 @@ def run_notebook(tmp_path, monkeypatch):
     def run(name: str):
         path = NOTEBOOKS / name
         nb = nbformat.read(path, as_version=4)
-        km = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
+        km = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]),
+                           connection_file=str(tmp_path / f"{path.stem}.kernel.json"))  # not left in /tmp
         client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, startup_timeout=120,
                                 resources={"metadata": {"path": str(kernel_cwd)}})
         client.execute()  # raises CellExecutionError on the first failing cell
