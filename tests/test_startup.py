@@ -230,11 +230,11 @@ def test_a_fedalf_subprocess_loads_the_programs_this_test_process_compiled(tmp_p
     and the subprocess compiled again what the session's cache already held."""
     monkeypatch.setenv(C.ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(C.MIN_TIME_ENV, raising=False)  # every program written, however quick its compile
-    argv = [*TINY, "--synthetic-train", "210", "--no-progress"]  # a shape no other test compiles in this process
-    assert main(["run", *argv, "--out", str(tmp_path / "here")]) == 0
+    extra = ["--synthetic-train", "210", "--no-progress"]  # a shape no other test compiles in this process
+    assert main(["run", *TINY, *extra, "--out", str(tmp_path / "here")]) == 0
     written = sorted(p.name for p in (tmp_path / "cache").iterdir())
     assert any(n.startswith("jit_round-") for n in written), written
-    log = _fedalf(*argv[len(TINY):], cache=tmp_path / "cache", out=tmp_path / "there")
+    log = _fedalf(*extra, cache=tmp_path / "cache", out=tmp_path / "there")
     # (only the run's own programs: an op this process had compiled for an earlier test was not compiled, nor
     # written, again)
     assert _hits(log, "jit_round") == 1 and _hits(log, "jit_chunk") == 1, log[-3000:]
