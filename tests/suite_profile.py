@@ -1,7 +1,8 @@
 """Where the suite's time goes: a pytest plugin that records, per test, its wall time, its process's CPU time,
 the CPU time of the subprocesses it waited for, and every program XLA compiled for it (the program's name, the
 seconds ``compile_or_get_cached`` took, a load from the compilation cache included, and for those over 0.2 s
-a hash of the program's text, to count the same program compiled twice); and a report of those records.
+a hash of the program's text, to count the same program compiled twice, and one of its text with every number
+blanked, to count the programs that differ only in shapes, sizes or constants); and a report of those records.
 
     PYTHONPATH=tests .venv/bin/pytest -p suite_profile        # each worker writes its records
     .venv/bin/python tests/suite_profile.py                   # the report
@@ -18,6 +19,7 @@ import collections
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -45,8 +47,12 @@ def _record_compiles():
         out = orig(backend, computation, *args, **kwargs)
         dt = time.perf_counter() - t0
         name = str(computation.operation.attributes["sym_name"]).strip('"')
-        digest = hashlib.sha1(str(computation).encode()).hexdigest()[:12] if dt > HASHED_OVER_S else None
-        _compiles.append((_current["test"], name, round(dt, 4), digest))
+        digest = blind = None
+        if dt > HASHED_OVER_S:
+            text = str(computation)
+            digest = hashlib.sha1(text.encode()).hexdigest()[:12]
+            blind = hashlib.sha1(re.sub(r"\d+", "#", text).encode()).hexdigest()[:12]
+        _compiles.append((_current["test"], name, round(dt, 4), digest, blind))
         return out
 
     compiler.compile_or_get_cached = compile_or_get_cached
@@ -119,6 +125,15 @@ def report(folder: Path = FOLDER, top: int = 25) -> str:
     names = collections.Counter()
     for c in big:
         names[c[1]] += c[2]
+    blind = collections.defaultdict(dict)  # number-blind digest -> {digest: its longest compile}
+    for c in big:
+        if len(c) > 4:
+            blind[c[4]][c[3]] = max(blind[c[4]].get(c[3], 0.0), c[2])
+    if blind:  # each group's programs but its longest, compiled once each
+        shared = sum(sum(v.values()) - max(v.values()) for v in blind.values())
+        out += ["", f"programs that differ only in their numbers (shapes, sizes, constants): {len(per_hash)} distinct "
+                    f"programs are {len(blind)} up to numbers; one program per group would spare "
+                    f"{shared:.0f} s more (an upper bound: a number may be what a test is about)"]
     out += ["", "programs over 0.2 s by name: " + ", ".join(f"{k} {v:.0f} s" for k, v in names.most_common(8))]
     return "\n".join(out)
 
