@@ -238,3 +238,17 @@ def test_a_fedalf_subprocess_loads_the_programs_this_test_process_compiled(tmp_p
     # (only the run's own programs: an op this process had compiled for an earlier test was not compiled, nor
     # written, again)
     assert _hits(log, "jit_round") == 1 and _hits(log, "jit_chunk") == 1, log[-3000:]
+
+
+def test_the_tests_subprocesses_cache_more_of_their_programs_than_the_workers():
+    """conftest: a `fedalf` process the tests start writes each program that took over 0.1 s to compile, so
+    that the next one loads its evaluation, train-loss and init programs (a warm `fedalf run`: 8.3 -> 6.3
+    CPU-s); the test processes themselves write those over 0.5 s (they run thousands of programs, and each
+    write lists the whole folder). Unless the caller set JAX's threshold: then both use it."""
+    if os.environ.get("FEDALF_TEST_WORKER_MIN_COMPILE_TIME_SECS") is None:
+        pytest.skip(f"the caller set {C.MIN_TIME_ENV}")
+    code = "import jax; print(jax.config.jax_persistent_cache_min_compile_time_secs)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == 0.1
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.5
