@@ -102,15 +102,15 @@ def _cache_loads_here(folder: Path) -> bool:
 if _MADE_HERE is not None and os.environ["FEDALF_COMPILE_CACHE"].startswith(_MADE_HERE):
     if not _cache_loads_here(Path(_MADE_HERE) / "probe"):  # off for every worker and subprocess too
         os.environ["FEDALF_COMPILE_CACHE"] = "off"
-# Only programs that took over 0.5 s to compile are written: JAX's lock (above) comes with its LRU cap, whose
-# every write lists and stats every entry of the folder, and this session writes thousands (each op run
-# outside jit is a program of its own): a test that runs ops one by one paid ~0.3 s for each of them,
-# 100 s for one test. The programs under 0.5 s compile again in each process instead.
-# The subprocesses (each `fedalf` command, sweep process, notebook kernel) write every program over 0.1 s:
-# a `fedalf run` whose big programs another process wrote also loads its evaluation, train-loss and init
-# programs instead of compiling them again (a second `fedalf run` of the tests' FedALF run: 8.3 -> 6.3 CPU-s).
-# They write few (one run: 10 entries, against 4 at 0.5 s and 136 at 0); the workers, which run far more
-# programs and rarely one the other worker ran, keep 0.5 s. A threshold the caller set is used by both.
+# Only the programs that took long enough to compile are written: JAX's lock (above) comes with its LRU cap,
+# whose every write lists and stats every entry of the folder, and this session runs thousands of programs
+# (each op run outside jit is a program of its own): written all, a test that runs ops one by one paid ~0.3 s
+# for each of them, 100 s for one test. The test processes (the two workers) write those over 0.5 s: they
+# rarely run a program the other ran. The subprocesses (each `fedalf` command, sweep process, notebook
+# kernel) write those over 0.1 s: one `fedalf run` writes 5 programs (2 at 0.5 s, 68 at 0), and a second run of
+# it then loads its evaluation, train-loss and PRNG-split programs too instead of compiling them again (a tiny
+# FedALF run: 7.8 -> 6.0 s of user CPU, medians of three; docs/suite_time.md). A threshold the caller set
+# is used by both. The programs under the threshold compile again in each process.
 _WORKER_MIN_TIME = "FEDALF_TEST_WORKER_MIN_COMPILE_TIME_SECS"
 if MIN_TIME_ENV not in os.environ:
     os.environ[MIN_TIME_ENV] = "0.1"
