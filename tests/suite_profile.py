@@ -35,6 +35,13 @@ _compiles = []  # (test, program, seconds, hash or None)
 _tests = {}  # test -> {"wall", "cpu", "children"}
 
 
+def digests(text: str) -> tuple[str, str]:
+    """A program's hash, and the hash of its text with every number blanked (the same for two programs
+    that differ only in shapes, sizes or constants)."""
+    return (hashlib.sha1(text.encode()).hexdigest()[:12],
+            hashlib.sha1(re.sub(r"\d+", "#", text).encode()).hexdigest()[:12])
+
+
 def _record_compiles():
     try:
         from jax._src import compiler
@@ -49,9 +56,7 @@ def _record_compiles():
         name = str(computation.operation.attributes["sym_name"]).strip('"')
         digest = blind = None
         if dt > HASHED_OVER_S:
-            text = str(computation)
-            digest = hashlib.sha1(text.encode()).hexdigest()[:12]
-            blind = hashlib.sha1(re.sub(r"\d+", "#", text).encode()).hexdigest()[:12]
+            digest, blind = digests(str(computation))
         _compiles.append((_current["test"], name, round(dt, 4), digest, blind))
         return out
 

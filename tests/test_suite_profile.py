@@ -3,7 +3,7 @@ below, not another pass over the same records."""
 
 import json
 
-from suite_profile import report
+from suite_profile import digests, report
 
 
 def test_report_sums_the_workers_records_and_counts_a_program_seen_before(tmp_path):
@@ -34,3 +34,29 @@ def test_report_sums_the_workers_records_and_counts_a_program_seen_before(tmp_pa
 
 def test_report_without_records_says_how_to_make_them(tmp_path):
     assert "run PYTHONPATH=tests .venv/bin/pytest -p suite_profile first" in report(tmp_path)
+
+
+def test_report_groups_the_programs_that_differ_only_in_their_numbers(tmp_path):
+    (tmp_path / "gw0.json").write_text(json.dumps({
+        "tests": {"tests/test_a.py::one": {"wall": 17.0, "cpu": 16.0, "children": 0.0}},
+        "compiles": [["tests/test_a.py::one", "jit_round", 5.0, "h1", "b1"],
+                     ["tests/test_a.py::one", "jit_round", 1.0, "h1", "b1"],    # h1 again: its longest, 5 s, counts
+                     ["tests/test_a.py::one", "jit_round", 8.0, "h3", "b1"],    # h1 up to numbers, and longer:
+                                                                                # h1's 5 s to spare
+                     ["tests/test_a.py::one", "jit_mapped", 2.0, "h4", "b2"]]}))  # alone in its group
+    line = [ln for ln in report(tmp_path).splitlines() if ln.startswith("programs that differ only")]
+    assert line == ["programs that differ only in their numbers (shapes, sizes, constants): 3 distinct programs are "
+                    "2 up to numbers; one program per group would spare 5 s more (an upper bound: a number may be "
+                    "what a test is about)"]
+
+
+def test_the_number_blind_hash_is_one_for_two_shapes_and_two_for_two_operations():
+    import jax
+    import jax.numpy as jnp
+
+    def text(f, n):
+        return str(jax.jit(f).lower(jnp.ones(n)).compiler_ir())
+
+    sin3, sin4, cos3 = digests(text(jnp.sin, 3)), digests(text(jnp.sin, 4)), digests(text(jnp.cos, 3))
+    assert sin3[0] != sin4[0] and sin3[1] == sin4[1]
+    assert sin3[1] != cos3[1]
