@@ -1,6 +1,6 @@
 """Where the suite's time goes: a pytest plugin that records, per test, its wall time, its process's CPU time,
-the CPU time of the subprocesses it waited for, and every program XLA compiled for it (the program's name, the
-seconds ``compile_or_get_cached`` took, a load from the compilation cache included, and for those over 0.2 s
+the CPU time of the subprocesses it waited for, the seconds JAX spent tracing and lowering its programs (the
+outermost ``jit`` of each), and every program XLA compiled for it (the program's name, the seconds ``compile_or_get_cached`` took, a load from the compilation cache included, and for those over 0.2 s
 a hash of the program's text, to count the same program compiled twice, and one of its text with every number
 blanked, to count the programs that differ only in shapes, sizes or constants); and a report of those records.
 
@@ -31,7 +31,10 @@ FOLDER = Path(os.environ.get("FEDALF_SUITE_PROFILE", Path(tempfile.gettempdir())
 HASHED_OVER_S = 0.2
 
 _current = {"test": None}
-_compiles = []  # (test, program, seconds, hash or None)
+_compiles = []  # (test, program, seconds, hash or None, number-blind hash or None)
+_staged = collections.defaultdict(lambda: {"trace": 0.0, "lower": 0.0})  # test -> seconds tracing and lowering
+_STAGES = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower"}
 _tests = {}  # test -> {"wall", "cpu", "children"}
 
 
@@ -40,6 +43,18 @@ def digests(text: str) -> tuple[str, str]:
     that differ only in shapes, sizes or constants)."""
     return (hashlib.sha1(text.encode()).hexdigest()[:12],
             hashlib.sha1(re.sub(r"\d+", "#", text).encode()).hexdigest()[:12])
+
+
+def stage_listener(event, seconds, **_):
+    """Adds the seconds JAX spent tracing a program to a jaxpr or lowering it to StableHLO to the running
+    test's: paid again by a program the cache serves, since the cache's key is the lowered program."""
+    if event in _STAGES:
+        _staged[_current["test"]][_STAGES[event]] += seconds
+
+
+def _record_stages():
+    import jax
+    jax.monitoring.register_event_duration_secs_listener(stage_listener)
 
 
 def _record_compiles():
@@ -68,6 +83,7 @@ def pytest_configure(config):
         for old in FOLDER.glob("*.json"):
             old.unlink()
     _record_compiles()
+    _record_stages()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -88,17 +104,20 @@ def pytest_sessionfinish(session):
         return
     FOLDER.mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    (FOLDER / f"{worker}.json").write_text(json.dumps({"tests": _tests, "compiles": _compiles}))
+    (FOLDER / f"{worker}.json").write_text(json.dumps({"tests": _tests, "compiles": _compiles,
+                                                        "staged": {str(k): v for k, v in _staged.items()}}))
 
 
 # ---- the report ----------------------------------------------------------------------------------------
 
 def report(folder: Path = FOLDER, top: int = 25) -> str:
-    tests, compiles = {}, []
+    tests, compiles, staged = {}, [], collections.Counter()
     for f in sorted(folder.glob("*.json")):
         d = json.loads(f.read_text())
         tests.update(d["tests"])
         compiles += [tuple(c) for c in d["compiles"]]
+        for v in d.get("staged", {}).values():  # records of an older plugin have none
+            staged.update(v)
     if not tests:
         return f"no records in {folder}: run PYTHONPATH=tests .venv/bin/pytest -p suite_profile first"
     wall, cpu, children = (sum(t[k] for t in tests.values()) for k in ("wall", "cpu", "children"))
@@ -112,7 +131,11 @@ def report(folder: Path = FOLDER, top: int = 25) -> str:
            f"programs compiled or loaded: {len(compiles)}, {sum(c[2] for c in compiles):.0f} s; over {HASHED_OVER_S} s: "
            f"{len(big)} calls of {len(per_hash)} distinct programs, {sum(c[2] for c in big):.0f} s, of which "
            f"{again:.0f} s went to a program seen before (compiled again, or loaded from the cache); the rest "
-           f"({len(compiles) - len(big)} calls) {sum(c[2] for c in compiles if c[3] is None):.0f} s", ""]
+           f"({len(compiles) - len(big)} calls) {sum(c[2] for c in compiles if c[3] is None):.0f} s"]
+    if staged:
+        out.append(f"tracing to jaxprs {staged['trace']:.0f} s, lowering to StableHLO {staged['lower']:.0f} s "
+                   "(a program the cache serves pays both)")
+    out.append("")
     per_test = collections.Counter()
     for c in compiles:
         if c[0] is not None:

@@ -3,6 +3,7 @@ below, not another pass over the same records."""
 
 import json
 
+import suite_profile
 from suite_profile import digests, report
 
 
@@ -60,3 +61,27 @@ def test_the_number_blind_hash_is_one_for_two_shapes_and_two_for_two_operations(
     sin3, sin4, cos3 = digests(text(jnp.sin, 3)), digests(text(jnp.sin, 4)), digests(text(jnp.cos, 3))
     assert sin3[0] != sin4[0] and sin3[1] == sin4[1]
     assert sin3[1] != cos3[1]
+
+
+def test_report_sums_the_seconds_spent_tracing_and_lowering_over_the_workers(tmp_path):
+    one = {"tests": {"tests/test_a.py::one": {"wall": 1.0, "cpu": 1.0, "children": 0.0}}, "compiles": []}
+    (tmp_path / "gw0.json").write_text(json.dumps({**one, "staged": {
+        "tests/test_a.py::one": {"trace": 2.0, "lower": 1.0}, "None": {"trace": 0.25, "lower": 0.25}}}))
+    (tmp_path / "gw1.json").write_text(json.dumps({**one, "staged": {
+        "tests/test_b.py::two": {"trace": 4.0, "lower": 3.0}}}))
+    (tmp_path / "old.json").write_text(json.dumps(one))  # an older plugin's records: none
+    lines = report(tmp_path).splitlines()
+    assert lines[2] == "tracing to jaxprs 6 s, lowering to StableHLO 4 s (a program the cache serves pays both)"
+
+
+def test_the_listener_adds_a_jits_tracing_and_lowering_to_the_running_test(monkeypatch):
+    import jax
+    import jax.numpy as jnp
+    monkeypatch.setitem(suite_profile._current, "test", "tests/test_x.py::staged")
+    jax.monitoring.register_event_duration_secs_listener(suite_profile.stage_listener)
+    try:
+        jax.jit(lambda x: jnp.tanh(x) * 7.0).lower(jnp.ones(11))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(suite_profile.stage_listener)
+    staged = suite_profile._staged.pop("tests/test_x.py::staged")
+    assert staged["trace"] > 0 and staged["lower"] > 0, staged
