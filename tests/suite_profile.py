@@ -1,8 +1,9 @@
 """Where the suite's time goes: a pytest plugin that records, per test, its wall time, its process's CPU time,
 the CPU time of the subprocesses it waited for, the seconds JAX spent tracing and lowering its programs (the
-outermost ``jit`` of each), and every program XLA compiled for it (the program's name, the seconds ``compile_or_get_cached`` took, a load from the compilation cache included, and for those over 0.2 s
-a hash of the program's text, to count the same program compiled twice, and one of its text with every number
-blanked, to count the programs that differ only in shapes, sizes or constants); and a report of those records.
+outermost ``jit`` of each), and every program XLA compiled for it (the program's name, the seconds
+``compile_or_get_cached`` took, a load from the compilation cache included, and for those over 0.2 s a hash of
+the program's text, to count the same program compiled twice, and one of its text with every number blanked,
+to count the programs that differ only in shapes, sizes or constants); and a report of those records.
 
     PYTHONPATH=tests .venv/bin/pytest -p suite_profile        # each worker writes its records
     .venv/bin/python tests/suite_profile.py                   # the report
