@@ -7,22 +7,42 @@ from pathlib import Path
 # beyond what the 2-core CI machine has.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# One persistent compilation cache for the whole test session, in a temporary folder removed at its end
-# (never the user's ~/.cache/fedalf_jax/jax): the tests build the same tiny programs again and again
-# (every loop.run, sweep and `fedalf` subprocess compiles its programs afresh), and a program loaded
-# from the cache is the one compiled, so results are bit for bit those without it. JAX keys each entry
-# on the program, its compile options and the versions, so no test can load another's different program.
-# One folder for the whole session: the xdist workers inherit the controller's FEDALF_COMPILE_CACHE (set
-# below before they start), and so do the CLI subprocesses a test starts, so a program compiled by one
-# worker is loaded by the other. JAX writes an entry in place, so a reader could get an entry another
-# process is still writing (a warning on stderr, which tests read, and a compile): with `filelock`
+# One compilation cache for the tests, shared by every process of the session and KEPT between sessions on
+# this machine (issue 49, item 4): `$XDG_CACHE_HOME/fedalf_jax/tests` or `~/.cache/fedalf_jax/tests`, never
+# the user's own ~/.cache/fedalf_jax/jax. The tests build the same tiny programs again and again (every
+# loop.run, sweep and `fedalf` subprocess compiles its programs afresh), and most of the suite's CPU is XLA
+# compiling them (docs/suite_time.md): kept, a second run of the suite loads them instead. A program loaded
+# from the cache is the one compiled, so results are bit for bit those without it; JAX keys each entry on the
+# program, its compile options, the backend and the versions of jax and jaxlib, so no test loads another's
+# program, and an edit to the code only adds the entries of the programs it changed.
+# FEDALF_TEST_CACHE chooses the folder: unset, the kept one above; `session`, a temporary folder removed at the
+# session's end (the old behaviour: a cold run that still shares programs between its processes); any other
+# value, that folder (kept). `rm -rf ~/.cache/fedalf_jax/tests` clears the kept one. FEDALF_COMPILE_CACHE set
+# by the caller wins over all of these (`off`: no cache at all; a folder: shared by every worker, kept).
+# The xdist workers inherit the controller's choice (set below before they start), and so do the CLI
+# subprocesses a test starts, so a program compiled by one worker is loaded by the other. JAX writes an
+# entry in place, so a reader could get an entry another process (or another pytest session on the same
+# machine) is still writing (a warning on stderr, which tests read, and a compile): with `filelock`
 # installed (the test extra) JAX_COMPILATION_CACHE_MAX_SIZE turns on JAX's own file lock around every
-# read and write of the folder (its LRU cap, far above what a session writes); without it, each worker
-# gets a folder of its own. FEDALF_COMPILE_CACHE set by the caller wins (`off`: no cache; a folder:
-# shared by every worker, kept). tests/test_startup.py tests the cache in folders of its own.
-_SESSION_ROOT = "FEDALF_TEST_COMPILE_CACHE_ROOT"  # made by the first process (the xdist controller)
+# read and write of the folder, and its LRU cap (_KEPT_MAX below) bounds the kept folder; without
+# `filelock`, each worker gets a folder of its own in a temporary session folder. tests/test_startup.py
+# and tests/test_program_cache.py test the cache in folders of their own.
+_SESSION_ROOT = "FEDALF_TEST_COMPILE_CACHE_ROOT"  # chosen by the first process (the xdist controller)
 _PREFIX = "fedalf-test-compile-cache-"
+_TEST_CACHE = "FEDALF_TEST_CACHE"
+_KEPT_MAX = 8 << 30  # the kept folder's LRU cap: a cold session writes ~1 GB (docs/suite_time.md)
 _MADE_HERE = None
+
+
+def kept_cache_root(env=os.environ) -> Path:
+    """The kept folder of the tests' compilation cache (see above): ``FEDALF_TEST_CACHE`` when it names a
+    folder, else ``$XDG_CACHE_HOME/fedalf_jax/tests`` (an absolute XDG_CACHE_HOME) or ``~/.cache/fedalf_jax/tests``."""
+    given = env.get(_TEST_CACHE, "").strip()
+    if given and given != "session":
+        return Path(given).expanduser()
+    xdg = env.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else (Path(env["HOME"]) if env.get("HOME") else Path.home()) / ".cache"
+    return base / "fedalf_jax" / "tests"
 
 
 def _remove_stale_folders():
@@ -39,15 +59,31 @@ def _remove_stale_folders():
             pass
 
 
-if _SESSION_ROOT not in os.environ:
-    _remove_stale_folders()
-    _MADE_HERE = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
-    os.environ[_SESSION_ROOT] = _MADE_HERE
 try:
     import filelock  # noqa: F401
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(64 << 30))  # the lock; 64 GiB: never evicts
-    _FOLDER = "shared"
+    _LOCKED = True
 except ImportError:
+    _LOCKED = False
+if _SESSION_ROOT not in os.environ:
+    _remove_stale_folders()
+    _kept = None
+    if _LOCKED and os.environ.get(_TEST_CACHE, "").strip() != "session":
+        _kept = kept_cache_root()
+        try:
+            _kept.mkdir(parents=True, exist_ok=True)
+            if not os.access(_kept, os.W_OK | os.X_OK):
+                raise PermissionError("not writable")
+        except OSError:
+            _kept = None  # a read-only home: the session's temporary folder, as before
+    if _kept is not None:
+        os.environ[_SESSION_ROOT] = str(_kept)
+    else:
+        _MADE_HERE = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+        os.environ[_SESSION_ROOT] = _MADE_HERE
+if _LOCKED:
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(_KEPT_MAX))  # the lock, and the LRU cap
+    _FOLDER = "shared"
+else:
     _FOLDER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 _CHOSEN = "FEDALF_TEST_COMPILE_CACHE_CHOSEN"  # the folder this file chose (a worker inherits its controller's)
 if os.environ.get("FEDALF_COMPILE_CACHE", os.environ.get(_CHOSEN)) == os.environ.get(_CHOSEN):
@@ -99,9 +135,12 @@ def _cache_loads_here(folder: Path) -> bool:
     return bool(hits) and not cut_short and b"doesn't match" not in said
 
 
-if _MADE_HERE is not None and os.environ["FEDALF_COMPILE_CACHE"].startswith(_MADE_HERE):
-    if not _cache_loads_here(Path(_MADE_HERE) / "probe"):  # off for every worker and subprocess too
-        os.environ["FEDALF_COMPILE_CACHE"] = "off"
+_PROBED = "FEDALF_TEST_COMPILE_CACHE_PROBED"  # the controller probed (its workers and subprocesses inherit)
+if _PROBED not in os.environ and os.environ["FEDALF_COMPILE_CACHE"] == os.environ.get(_CHOSEN):
+    os.environ[_PROBED] = "1"
+    with tempfile.TemporaryDirectory(prefix=_PREFIX + "probe-") as _probe:  # never the kept folder
+        if not _cache_loads_here(Path(_probe)):  # off for every worker and subprocess too
+            os.environ["FEDALF_COMPILE_CACHE"] = "off"
 # Only the programs that took long enough to compile are written: JAX's lock (above) comes with its LRU cap,
 # whose every write lists and stats every entry of the folder, and this session runs thousands of programs
 # (each op run outside jit is a program of its own): written all, a test that runs ops one by one paid ~0.3 s

@@ -252,3 +252,51 @@ def test_the_tests_subprocesses_cache_more_of_their_programs_than_the_workers():
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == 0.1
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.5
+
+
+# -- the suite's own cache, kept between sessions (issue 49, item 4)
+
+def test_the_suites_cache_folder_is_kept_under_the_users_cache_unless_told_otherwise():
+    from conftest import kept_cache_root
+    home = {"HOME": "/home/ann"}
+    assert kept_cache_root(home) == Path("/home/ann/.cache/fedalf_jax/tests")
+    assert kept_cache_root({**home, "XDG_CACHE_HOME": "/scratch"}) == Path("/scratch/fedalf_jax/tests")
+    assert kept_cache_root({**home, "XDG_CACHE_HOME": "rel"}) == Path("/home/ann/.cache/fedalf_jax/tests")
+    assert kept_cache_root({**home, "FEDALF_TEST_CACHE": "/k"}) == Path("/k")
+    # never the folder the user's own runs keep their programs in
+    assert kept_cache_root(home) != C.cache_dir(env=home)
+
+
+_JITS = '''
+import jax, jax.numpy as jnp
+def test_two_programs():
+    jax.jit(lambda x: jnp.cos(x) @ x.T)(jnp.ones((7, 5))).block_until_ready()
+    jax.jit(lambda x: jnp.tanh(x).sum(0))(jnp.ones((7, 5))).block_until_ready()
+'''
+
+
+def _session(folder: Path, cache: str, tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FEDALF_TEST_", "PYTEST_", "FEDALF_COMPILE"))}
+    env.update({"FEDALF_TEST_CACHE": cache, C.MIN_TIME_ENV: "0", "TMPDIR": str(tmp_path / "tmp")})
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(folder)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_a_second_session_loads_what_the_first_compiled_and_session_leaves_nothing(tmp_path):
+    """A pytest session writes its programs to the kept folder and leaves them there; the next session on the
+    same machine loads them (it writes no entry of its own); ``FEDALF_TEST_CACHE=session`` keeps nothing."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (tmp_path / "tmp").mkdir()
+    (suite / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    (suite / "test_jits.py").write_text(_JITS)
+    kept = tmp_path / "kept"
+    _session(suite, str(kept), tmp_path)
+    first = {p.name: p.stat().st_mtime_ns for p in (kept / "shared").iterdir() if p.name.endswith("-cache")}
+    assert len([n for n in first if "lambda" in n]) == 2, sorted(first)  # the test's two programs, kept
+    _session(suite, str(kept), tmp_path)
+    second = {p.name: p.stat().st_mtime_ns for p in (kept / "shared").iterdir() if p.name.endswith("-cache")}
+    assert second == first  # nothing compiled nor written again: every program was loaded
+    _session(suite, "session", tmp_path)
+    assert list((tmp_path / "tmp").iterdir()) == []  # the session's temporary folder is removed at its end

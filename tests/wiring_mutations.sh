@@ -676,4 +676,8 @@ mutate fedalf_jax/experiment/build.py "    return _REUSABLE.get(id(spec.algorith
 mutate fedalf_jax/experiment/loop.py "tuple(_leaf_key(x) for x in leaves), _trace_options(), jax.default_backend())" \
   "tuple(_leaf_key(x) for x in leaves), jax.default_backend())" "cache38: the caller's matmul precision left out of the key" "$PC"
 
+# issue 49 item 4: the suite's compilation cache is kept between sessions (label "cache49"), tests/test_startup.py
+mutate tests/conftest.py "    if _kept is not None:" "    if False:" \
+  "cache49: the suite's cache in a temporary folder again (every session cold)" "tests/test_startup.py -k second_session"
+
 exit $status
