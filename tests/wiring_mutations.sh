@@ -680,4 +680,11 @@ mutate fedalf_jax/experiment/loop.py "tuple(_leaf_key(x) for x in leaves), _trac
 mutate tests/conftest.py "    if _kept is not None:" "    if False:" \
   "cache49: the suite's cache in a temporary folder again (every session cold)" "tests/test_startup.py -k second_session"
 
+# issue 49 item 7: the report's curves, one colour and style per method, the legend off the plots (label "fig49")
+FG=tests/test_report_figures.py
+mutate fedalf_jax/reporting/figures.py "        colour = dark(k) if lap % 2 == 0 else light(2 * k + 1)" "        colour = dark(k)" \
+  "fig49: ten colours for fourteen methods" "$FG"
+mutate fedalf_jax/reporting/figures.py '    _legend_beside(fig, ax_acc, "seed mean ± std")' \
+  '    ax_acc.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)' "fig49: the legend inside the accuracy plot" "$FG"
+
 exit $status

@@ -32,11 +32,40 @@ def _curve(runs: list[Run], attr: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
 FEW_POINTS = 20  # a curve of at most this many evaluations shows each as a marker
 
 
-def _band(ax, cell: Cell, attr: str) -> None:
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def line_styles(n: int) -> list[tuple[str, str]]:
+    """``n`` distinct (colour, line style) pairs, one per curve of a figure: matplotlib's ten default
+    colours (``tab10``), solid, for the first 10 curves; then ``tab20``'s ten lighter shades of them, dashed
+    (the fair benchmark draws 14 methods: with ten colours, four pairs of methods shared one); past 20 the
+    colours again with the next line styles."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+    dark, light = colormaps["tab10"], colormaps["tab20"]
+    out = []
+    for i in range(n):
+        k, lap = i % 10, i // 10
+        colour = dark(k) if lap % 2 == 0 else light(2 * k + 1)
+        out.append((to_hex(colour), _LINESTYLES[lap % len(_LINESTYLES)]))
+    return out
+
+
+def _band(ax, cell: Cell, attr: str, style: Optional[tuple[str, str]] = None) -> None:
     x, mean, std = _curve(cell.runs, attr)
     marker = {"marker": "o", "ms": 4} if len(x) <= FEW_POINTS else {}  # 3 points are not a line to read
-    (line,) = ax.plot(x, mean, label=f"{cell.variant} (η={cell.eta:g})", lw=1.2, **marker)
+    given = {} if style is None else {"color": style[0], "ls": style[1]}
+    (line,) = ax.plot(x, mean, label=f"{cell.variant} (η={cell.eta:g})", lw=1.2, **given, **marker)
     ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+
+
+def _legend_beside(fig, ax, title: str) -> None:
+    """The legend to the right of the figure's last axes, outside every plot (inside the accuracy axes it
+    covered the curves of a 14-method figure)."""
+    handles, labels = ax.get_legend_handles_labels()
+    ncol = 1 if len(labels) <= 16 else 2
+    fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=7, title=title,
+               title_fontsize=7, ncol=ncol, frameon=False)
 
 
 def _round_axis(ax) -> None:
@@ -60,14 +89,15 @@ def curves_figure(cells: list[Cell], path: Path, title: str) -> Path:
     from matplotlib.figure import Figure
     fig = Figure(figsize=(11, 4))
     ax_acc, ax_ang = fig.subplots(1, 2)
-    for c in cells:
-        _band(ax_acc, c, "acc")
-        _band(ax_ang, c, "angle")
+    for c, style in zip(cells, line_styles(len(cells))):  # one colour and style per variant, in both panels
+        _band(ax_acc, c, "acc", style)
+        _band(ax_ang, c, "angle", style)
     ax_acc.set(xlabel="round", ylabel="mean accuracy", title=f"accuracy ({title})")
     ax_ang.set(xlabel="round", ylabel="fairness angle (°)", title=f"angle ({title})")
     _round_axis(ax_acc)
     _round_axis(ax_ang)
-    ax_acc.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)
+    fig.tight_layout()
+    _legend_beside(fig, ax_acc, "seed mean ± std")
     return _save(fig, path)
 
 
