@@ -116,6 +116,9 @@ def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool 
     from .experiment.loop import run as run_loop
     from .experiment.rundir import RunDir
     cfg = _config(cfg, options)
+    if not (resume and cfg.out and RunDir(cfg.out).has_config()):  # issue 47 item 15: a given option never read
+        from .experiment.sweep_plan import non_default, say_unread
+        say_unread([cfg], set(options) | non_default(cfg.to_dict()), stacklevel=2)
     slot = run_loop(cfg, progress=progress, resume=resume, overwrite=overwrite, full=True)
     rd = RunDir(cfg.out) if cfg.out else None
     return Result(cfg, _frame(slot.rows), slot.status if slot.status != "running" else "done",
@@ -204,6 +207,9 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
         raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
     configs = expand(base, grid, list(seeds))
     root = Path(out)
+    if not (resume and (root / "sweep.json").is_file()):  # issue 47 item 15: a given option no run reads
+        from .experiment.sweep_plan import non_default, say_unread
+        say_unread(configs, set(options) | set(grid) | non_default(cfg.to_dict()), stacklevel=2)
     if (root / "sweep.json").is_file() and not resume:
         if not overwrite:
             raise ConfigError(f"{root} already holds a sweep; continue it with fj.sweep(..., resume=True), replace "

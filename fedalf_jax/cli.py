@@ -440,9 +440,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _explicit(args) -> set:
+    """The options given explicitly: the flags, and a ``--config`` file's values other than the defaults (a run's
+    config.json records every option: re-running it says nothing of the defaults it holds)."""
+    from .experiment.sweep_plan import non_default
+    return set(_given(args)) | (non_default(Config.load(args.config).to_dict()) if args.config else set())
+
+
 def _cmd_run(args) -> int:
     from .experiment.loop import run
+    from .experiment.rundir import RunDir
+    from .experiment.sweep_plan import say_unread
     cfg = config_from_args(args)
+    if not (args.resume and args.out and RunDir(args.out).has_config()):  # a resumed run said it when it started
+        say_unread([cfg], _explicit(args))
     announce = cfg.out is None
     if announce:
         cfg = cfg.replace(out=default_out(cfg))
@@ -460,7 +471,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_sweep(args) -> int:
     from .experiment import sweep as S
-    from .experiment.sweep_plan import distinct
+    from .experiment.sweep_plan import distinct, say_unread
     if args.sweep_chunk is not None and args.sweep_chunk < 1:
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
     given = _given(args)
@@ -490,6 +501,7 @@ def _cmd_sweep(args) -> int:
         raise ConfigError(f"--resume: {Path(args.out) / 'sweep.json'} not found; give the sweep's options to start it")
     else:  # a new sweep (also --resume of a sweep killed before it wrote sweep.json)
         configs = _sweep_configs(args, given)
+        say_unread(configs, _explicit(args))
         meta = {"argv": sys.argv[1:], "continuous": [k for k in given if (k in CONTINUOUS or k.startswith("hp."))
                                                      and len(given[k]) > 1]}
         res = S.sweep(configs, args.out, chunk=args.sweep_chunk, progress=not args.no_progress, meta=meta,

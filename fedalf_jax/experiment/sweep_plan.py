@@ -8,15 +8,18 @@ directories from the options that vary; :func:`plan` writes ``out/sweep.json`` (
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Iterable, Optional
 
 from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError, declared_hparams
-from .identity import flat_options, identity_digest, ignored_options
+from ..notices import Notice
+from .identity import USED_BY, flat_options, identity_digest, ignored_options
 from .rundir import RunDir, read_sweep, write_sweep
 
 _SHORT = {"lr": "lr", "lr_decay": "lrdecay", "server_lr": "slr", "server_lr_decay": "slrdecay", "mu": "mu",
@@ -89,6 +92,58 @@ def distinct(configs: list[Config]) -> tuple[list[Config], Optional[str]]:
 
 
 _DEFAULT_ALGORITHM = Config.__dataclass_fields__["algorithm"].default
+
+# what reads an option that a partition or the privacy options leave unread (unread_given's hint); the
+# algorithms' options name their readers in identity.USED_BY
+_READ_BY = {"alpha": "--partition dirichlet", "assign": "--partition pat1 or pat2",
+            "epsilon": "a privacy mechanism, --ldp or --dp,", "delta": "--dp gaussian or central",
+            "clip": "--dp gaussian or central"}
+
+
+def non_default(d: dict) -> set[str]:
+    """The options of ``d`` (a config file's, ``Config.to_dict``) whose value differs from the option's default:
+    what a config file gives explicitly (a run's config.json records every option, the defaults too)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING}
+    return {k for k, v in d.items() if k in defaults and v != defaults[k]}
+
+
+def unread_given(configs: list[Config], given: Iterable[str]) -> Optional[str]:
+    """One line naming the options of ``given`` (those given explicitly: flags, a config file's values other
+    than the defaults, keyword arguments) that no run of ``configs`` reads (:func:`.identity.ignored_options`,
+    the sweep's de-duplication's knowledge: a user's algorithm leaves only its partition's unread), each with
+    the choices that make it so; ``None`` when there are none. An option given several values is left to
+    :func:`distinct`'s notice (its combinations collapse)."""
+    parts = []
+    for k in [f.name for f in dataclasses.fields(Config) if f.name in set(given)]:
+        conds: list[str] = []
+        for c in configs:
+            ignored = ignored_options(c)
+            if k not in ignored:
+                break
+            cond = ignored[k] or f"algorithm={c.algorithm}"
+            if cond not in conds:
+                conds.append(cond)
+        else:
+            values = list(dict.fromkeys(json.dumps(getattr(c, k)) for c in configs))
+            if not configs or len(values) != 1:
+                continue
+            v = getattr(configs[0], k)
+            shown = ("on" if v else "off") if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else v
+            readers = USED_BY.get(k)
+            hint = (f"only {', '.join(readers)} read{'s' if len(readers) == 1 else ''} it" if readers
+                    else f"only {_READ_BY[k]} reads it" if k in _READ_BY else "")
+            parts.append(f"--{k.replace('_', '-')} {shown} has no effect with {', '.join(conds)}"
+                         + (f" ({hint})" if hint else ""))
+    if not parts:
+        return None
+    return f"{'; '.join(parts)}: recorded in the run's config, never read"
+
+
+def say_unread(configs: list[Config], given: Iterable[str], *, stacklevel: int = 2) -> None:
+    """:func:`unread_given`'s line as a :class:`~fedalf_jax.notices.Notice` (``fedalf: warning: ...``)."""
+    line = unread_given(configs, given)
+    if line:
+        warnings.warn(line, Notice, stacklevel=stacklevel + 1)
 
 
 def own_hparams(algorithm: str, hp: dict, algorithms: list[str]) -> dict:
