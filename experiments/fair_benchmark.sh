@@ -15,8 +15,11 @@
 #
 # Resumable: killed, run it again (experiments/sweeps.sh): ended sweeps return at once, the others resume
 # from their last checkpoint (every 50 rounds). The small files of every run are kept in KEEP (docs/fair-runs/)
-# and the table in REPORT (docs/fair-report/, fedalf report). On a 2-core CPU expect about 4 hours of CPU: the 14
-# methods x 2 partitions x 3 seeds x 3 rates are 252 runs of 200 rounds (each partition's 9 runs one program).
+# and the table in REPORT (docs/fair-report/, fedalf report), of the sweeps whose runs all ended: a sweep that
+# failed is named on stderr, keeps the KEEP/NAME of an earlier invocation as it was, and is left out of the
+# report; the script then exits with status 1 (run it again to resume). FEDALF is the fedalf command (default
+# .venv/bin/fedalf). On a 2-core CPU expect about 4 hours of CPU: the 14 methods x 2 partitions x 3 seeds x 3
+# rates are 252 runs of 200 rounds (each partition's 9 runs one program).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . experiments/sweeps.sh
@@ -41,13 +44,21 @@ if command -v flock > /dev/null; then  # one invocation per OUT: a second would 
 fi
 rm -rf "$OUT"/.claim-*   # a claim names the sweep a worker of this invocation took
 worker() {
-  local job name alg opts
+  local job name alg opts rc
   for job in "${JOBLIST[@]}"; do
     read -r name alg opts <<< "$job"
     mkdir "$OUT/.claim-$name" 2>/dev/null || continue
+    rc=0
     # shellcheck disable=SC2086  # opts are words
-    sweep "$OUT" "$name" --algorithm "$alg" $opts "${COMMON[@]}" || echo "$name failed (see $OUT/$name.log)"
+    sweep "$OUT" "$name" --algorithm "$alg" $opts "${COMMON[@]}" || rc=$?
+    echo "$rc" > "$OUT/.claim-$name/rc"  # the sweep's status, read below (a claim without one: it did not end)
+    [ "$rc" = 0 ] || echo "fair_benchmark: $name failed (rc=$rc; see $OUT/$name.log)" >&2
   done
+}
+ended() {  # every run OUT/NAME/sweep.json lists has its summary.json (done or diverged: it ended)
+  local dirs d
+  dirs=$(grep -o '"dir": "[^"]*"' "$OUT/$1/sweep.json" 2>/dev/null | cut -d'"' -f4) && [ -n "$dirs" ] || return 1
+  for d in $dirs; do [ -f "$OUT/$1/$d/summary.json" ] || return 1; done
 }
 pids=()
 for _ in $(seq "${JOBS:-2}"); do worker & pids+=($!); done
@@ -57,8 +68,29 @@ trap 'trap - INT TERM HUP; echo "fair_benchmark: stopping: each running sweep sa
       kill -TERM "${pids[@]}" 2>/dev/null || true; wait || true; exit 143' INT TERM HUP
 wait
 trap - INT TERM HUP
-rm -rf "$OUT"/.claim-*
-for d in "$OUT"/*/; do  # KEEP/NAME mirrors this benchmark's sweep NAME (no runs of an older grid)
-  [ -f "$d/sweep.json" ] && rm -rf "${KEEP:?}/$(basename "$d")" && keep "$OUT" "$(basename "$d")" "$KEEP"
+# KEEP/NAME becomes a copy of this benchmark's sweep NAME once every run of it ended (so no runs of an older
+# grid), copied beside it first: a failed sweep or copy leaves the KEEP/NAME of an earlier invocation as it was
+complete=() failed=()
+for job in "${JOBLIST[@]}"; do
+  read -r name _ <<< "$job"
+  rm -rf "${KEEP:?}/.incoming/$name"
+  if [ "$(cat "$OUT/.claim-$name/rc" 2>/dev/null)" = 0 ] && ended "$name" && keep "$OUT" "$name" "$KEEP/.incoming"
+  then
+    rm -rf "${KEEP:?}/$name"
+    mv "$KEEP/.incoming/$name" "$KEEP/$name"
+    complete+=("$KEEP/$name")
+  else
+    failed+=("$name")
+  fi
 done
-.venv/bin/fedalf report "$KEEP" --out "$REPORT"
+rm -rf "$OUT"/.claim-* "${KEEP:?}/.incoming"
+# the report of the sweeps this invocation completed (a failed one's KEEP/NAME, of an earlier run, is left out)
+if [ ${#complete[@]} -gt 0 ]; then
+  ${FEDALF:-.venv/bin/fedalf} report "${complete[@]}" --out "$REPORT"
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fair_benchmark: ${#failed[@]} of ${#JOBLIST[@]} sweeps failed or have runs that did not end: ${failed[*]}" \
+       "(see $OUT/NAME.log; $KEEP/NAME left as it was); $REPORT holds the other ${#complete[@]}; run this" \
+       "again to resume them" >&2
+  exit 1
+fi

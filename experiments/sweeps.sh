@@ -8,7 +8,8 @@
 # except --rounds: a larger value than the sweep's extends its runs (`fedalf sweep --resume --rounds N`), a
 # smaller one is refused (exit status 2, said in the log). Its output goes to OUT/NAME.log; a line
 # "NAME rc=<exit status> <wall seconds> s" to OUT/times.txt. So a script of sweep calls can be killed at any
-# time and run again to go on where it stopped.
+# time and run again to go on where it stopped. FEDALF is the command it runs (default .venv/bin/fedalf; it may
+# hold arguments: FEDALF="python -m fedalf_jax.cli").
 #
 # Ctrl-C, SIGTERM or SIGHUP to the script (or to the shell running `sweep`) is passed on once, as SIGTERM, to
 # the running `fedalf sweep`, which saves its runs after the round in flight and exits; the shell then
@@ -24,9 +25,9 @@ sweep() {
   mkdir -p "$out"
   if [ -f "$out/$name/sweep.json" ]; then
     for a in "$@"; do [ "$prev" = --rounds ] && rounds=(--rounds "$a"); prev=$a; done
-    $_SWEEP_OWN_SESSION .venv/bin/fedalf sweep --resume --out "$out/$name" "${rounds[@]}" --no-progress >> "$out/$name.log" 2>&1 &
+    $_SWEEP_OWN_SESSION ${FEDALF:-.venv/bin/fedalf} sweep --resume --out "$out/$name" "${rounds[@]}" --no-progress >> "$out/$name.log" 2>&1 &
   else
-    $_SWEEP_OWN_SESSION .venv/bin/fedalf sweep "$@" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1 &
+    $_SWEEP_OWN_SESSION ${FEDALF:-.venv/bin/fedalf} sweep "$@" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1 &
   fi
   pid=$!
   _SWEEP_STOPPING=
@@ -45,11 +46,12 @@ sweep() {
 #   keep OUT NAME DEST
 #
 # copies the small files of each run of the sweep OUT/NAME (config.json, metrics.csv, summary.json; no
-# checkpoints) to DEST/NAME/<run>/, where `fedalf report DEST` regenerates its tables and figures.
+# checkpoints) to DEST/NAME/<run>/, where `fedalf report DEST` regenerates its tables and figures; a file it
+# cannot copy (a run that has not ended has no summary.json) makes it return 1.
 keep() {
   local out=$1 name=$2 dest=$3 d to
   for d in "$out/$name"/*/; do
     to=$dest/$name/$(basename "$d")
-    mkdir -p "$to" && cp "$d/config.json" "$d/metrics.csv" "$d/summary.json" "$to/"
+    mkdir -p "$to" && cp "$d/config.json" "$d/metrics.csv" "$d/summary.json" "$to/" || return 1
   done
 }
