@@ -687,4 +687,27 @@ mutate fedalf_jax/reporting/figures.py "        colour = dark(k) if lap % 2 == 0
 mutate fedalf_jax/reporting/figures.py '    _legend_beside(fig, ax_acc, "seed mean ± std")' \
   '    ax_acc.legend(fontsize=7, title="seed mean ± std", title_fontsize=7)' "fig49: the legend inside the accuracy plot" "$FG"
 
+# issue 47 items 7 and 15 (label "trust47-opts"): fair_benchmark.sh keeps and reports only the sweeps whose runs
+# all ended and exits 1 when one failed; an option given that no run reads is said in one line
+TO=tests/test_trust47_options.py
+mutate experiments/fair_benchmark.sh '  exit 1' '  exit 0' "trust47-opts: fair_benchmark exits 0 when a sweep failed" "$TO -k fair_benchmark"
+mutate experiments/fair_benchmark.sh '  ${FEDALF:-.venv/bin/fedalf} report "${complete[@]}" --out "$REPORT"' \
+  '  ${FEDALF:-.venv/bin/fedalf} report "$KEEP" --out "$REPORT"' \
+  "trust47-opts: fair_benchmark reports every KEEP folder (a failed sweep's older grid too)" "$TO -k fair_benchmark"
+mutate experiments/fair_benchmark.sh '  rm -rf "${KEEP:?}/.incoming/$name"' '  rm -rf "${KEEP:?}/.incoming/$name" "${KEEP:?}/$name"' \
+  "trust47-opts: fair_benchmark removes the kept copy before knowing the sweep ended" "$TO -k fair_benchmark"
+mutate fedalf_jax/experiment/sweep_plan.py "    return f\"{'; '.join(parts)}: recorded in the run's config, never read\"" \
+  "    return None" "trust47-opts: an unread option accepted without a word" "$TO -k by_hand"
+mutate fedalf_jax/cli.py "        say_unread([cfg], _explicit(args))" "        pass" \
+  "trust47-opts: fedalf run says nothing of an unread option" "$TO -k run_says"
+mutate fedalf_jax/cli.py "        say_unread(configs, _explicit(args))" "        pass" \
+  "trust47-opts: fedalf sweep says nothing of an unread option" "$TO -k sweep_says"
+mutate fedalf_jax/api.py "        say_unread([cfg], set(options) | non_default(cfg.to_dict()), stacklevel=2)" "        pass" \
+  "trust47-opts: fj.run says nothing of an unread keyword" "$TO -k api_run"
+mutate fedalf_jax/experiment/sweep_plan.py "    return {k for k, v in d.items() if k in defaults and v != defaults[k]}" \
+  "    return {k for k in d if k in defaults}" "trust47-opts: a config.json's defaults count as given (re-running it spams)" \
+  "$TO -k config_file"
+mutate fedalf_jax/cli.py "    if not (args.resume and args.out and RunDir(args.out).has_config()):" "    if True:" \
+  "trust47-opts: --resume of a run says its unread options again" "$TO -k config_file"
+
 exit $status
