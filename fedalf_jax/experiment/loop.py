@@ -537,11 +537,17 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
 
 
 def _check_diverged(slot: Slot, row: dict) -> None:
-    """Mark ``slot`` diverged when the evaluation ``row`` has a test loss that is not finite."""
+    """Mark ``slot`` diverged when the evaluation ``row`` has a test loss that is not finite, the global
+    model's or, for an algorithm with a personal model, the clients' own models' (``personal_test_loss``:
+    their accuracies would be the argmax of NaN logits, issue 47 item 4)."""
     if not math.isfinite(row["test_loss"]):
         slot.status = "diverged"
         slot.message = (f"the global model diverged by round {row['round']} (test loss not finite); "
                         f"lower --lr or --server-lr")
+    elif not math.isfinite(row.get("personal_test_loss", 0.0)):
+        slot.status = "diverged"
+        slot.message = (f"the clients' personal models diverged by round {row['round']} (personal test loss "
+                        f"not finite); lower --lr or the algorithm's own hyper-parameters (--hp)")
 
 
 def _stopped_message(err: WriteError, slots, t: int) -> str:

@@ -6,7 +6,15 @@ through :mod:`fedalf_jax.experiment.rundir`. The rules:
 
 **Which runs count.** Only runs whose status is ``done``. ``running`` and ``new`` runs (a sweep in
 progress or killed) and ``diverged`` runs are skipped; each kind is listed (count and names) in the
-messages and in ``report.md``. A done run whose ``metrics.csv`` holds no evaluation is skipped too.
+messages and in ``report.md``. A done run whose ``metrics.csv`` holds no evaluation is skipped too. A done
+run whose clients' personal models diverged (a ``personal_test_loss`` that is not finite, recorded before the
+run loop marked such a run ``diverged``) counts as diverged, with a note: its personal accuracies (the argmax
+of NaN logits) are never shown.
+
+**A user's names of another process.** A run whose algorithm, model or data set this process cannot
+resolve (registered with ``fj.register_*`` in a notebook, or a ``module:attribute`` whose import fails,
+whatever it raises: an ImportError, a SyntaxError, a NameError) is read from its ``config.json`` and
+``metrics.csv`` alone, unchecked, and one line per name says so.
 
 **Rows: algorithm variants.** A run's base label comes from its config: FedAvg, FedProx, qFedAvg,
 FedADMM, FedLF, FedALF; ``ldp="adaptive"`` prefixes ``LDP-`` (so ``LDP-FedALF``), ``ldp="ldp_fl"``
@@ -23,7 +31,10 @@ whose values differ name the variant, alphabetically: ``FedLF (client_grad=local
   outside qFedAvg, ``rho``/``server_target``/``dual_from`` outside FedADMM/FedALF, ``client_grad``
   outside FedLF, ``history``/``merge_tol``/``qp_method`` outside FedLF/FedALF, ``epsilon`` without a
   privacy mechanism, ``delta``/``clip`` without ``dp="gaussian"``. (``server_lr`` does name a
-  variant of the other algorithms when it differs, e.g. FedALF with η_g 0.5 and 0.2.)
+  variant of the other algorithms when it differs, e.g. FedALF with η_g 0.5 and 0.2.) These are the
+  built-in algorithms' rules: a user's algorithm reads ``HParams`` as it likes (FedDyn's α is ``mu``), so
+  every option of its runs that differs names its variant, but for η and the partition's ``alpha``/``assign``
+  (as a sweep's de-duplication, :func:`fedalf_jax.experiment.identity.ignored_options`).
 
 Options left at ``None`` (``history``, ``server_lr``, ``server_lr_decay``) are compared at their
 resolved values (``Config.resolved_*``).

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..experiment import registry
 from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
-from ..experiment.guarantee import privacy_guarantee
+from ..experiment.guarantee import privacy_guarantee, recorded_guarantee
 from ..experiment.identity import USED_BY, flat_options, partition_ignores
 from ..experiment.rundir import METRICS, PERSONAL_KEYS, RunDir, columns_of_file, metric_columns
 from ..experiment.writers import DamagedFile, read_csv_rows
@@ -59,6 +59,7 @@ class Run:
     named_by: dict = dataclasses.field(default_factory=dict)  # the options naming the variant: {option: value}
     own: dict = dataclasses.field(default_factory=dict)  # the algorithm's own metrics (Algorithm.metrics) per evaluation
     personal: dict = dataclasses.field(default_factory=dict)  # each client's own model (PERSONAL_KEYS) per evaluation
+    note: str = ""  # one line on how the report reads this run (a done run counted as diverged)
 
     @property
     def cell_key(self) -> tuple:
@@ -68,12 +69,9 @@ class Run:
 def resolved_config(d: dict) -> dict:
     """The config dict with ``None`` options replaced by their resolved values (``Config.resolved_*``), and
     the algorithm's own hyper-parameters as one ``hp.NAME`` entry each (``identity.flat_options``)."""
-    try:
-        cfg = Config.from_dict(d)
-    except ConfigError:
-        if unresolved_algorithm(d) is None:
-            raise
-        cfg = _unchecked_config(d)  # its metrics are all a report needs
+    # a name this process cannot resolve: its metrics are all a report needs (not validated, and no user module
+    # imported again by Config's checks)
+    cfg = _unchecked_config(d) if unresolved_names(d) else Config.from_dict(d)
     out = cfg.to_dict()
     for k, v in out.items():
         if v is None and hasattr(Config, f"resolved_{k}"):
@@ -81,17 +79,48 @@ def resolved_config(d: dict) -> dict:
     return flat_options(out)
 
 
+_USER_KINDS = (("algorithm", ALGORITHMS), ("model", MODELS), ("dataset", DATASETS))
+_UNREGISTERED = "is not registered in this process"
+_LOOKED_UP: Optional[dict] = None  # (kind, name) -> why, while load_runs reads the runs (each module imported once)
+
+
+def unresolved_names(d: dict) -> dict[str, tuple[str, str]]:
+    """``{kind: (name, why)}`` for each user name of config dict ``d`` (its algorithm, model, data set) that
+    this process cannot resolve: a name registered with ``fj.register_*`` in another process, or a
+    ``module:attribute`` whose import fails, whatever it raises (a SyntaxError, a NameError at import time:
+    issue 47 item 13). ``why`` is one line: ``is not registered in this process``, or what the import raised."""
+    out = {}
+    for kind, builtin in _USER_KINDS:
+        name = d.get(kind)
+        if not isinstance(name, str) or name in builtin:
+            continue
+        key = (kind, name)
+        if _LOOKED_UP is not None and key in _LOOKED_UP:
+            why = _LOOKED_UP[key]
+        else:
+            why = None
+            try:
+                registry.lookup(kind, name, builtin)
+            except registry.RegistryError as e:
+                why = f"cannot be imported here ({_one_line(e)})" if registry.is_path(name) else _UNREGISTERED
+            except Exception as e:  # noqa: BLE001 - a user's module: whatever its import raises, the report goes on
+                why = f"cannot be imported here ({type(e).__name__}: {_one_line(e)})"
+            if _LOOKED_UP is not None:
+                _LOOKED_UP[key] = why
+        if why is not None:
+            out[kind] = (name, why)
+    return out
+
+
 def unresolved_algorithm(d: dict) -> Optional[str]:
-    """The algorithm of config dict ``d`` when this process cannot resolve it (a name registered with
-    ``fj.register_algorithm`` in another process, a module that no longer imports), else ``None``."""
-    name = d.get("algorithm")
-    if not isinstance(name, str) or name in ALGORITHMS:
-        return None
-    try:
-        registry.lookup("algorithm", name, ALGORITHMS)
-    except registry.RegistryError:
-        return name
-    return None
+    """The algorithm of config dict ``d`` when this process cannot resolve it (:func:`unresolved_names`), else
+    ``None``."""
+    return unresolved_names(d).get("algorithm", (None,))[0]
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _unchecked_config(d: dict) -> Config:
@@ -142,8 +171,12 @@ def swept_eta(runs: list["Run"]) -> None:
 
 def _unused(cfg: dict, eta: Optional[str] = None) -> set:
     """Options this run's algorithm and privacy mechanism do not read (so they name no variant); ``eta``:
-    the run's η option (default :func:`eta_option`)."""
+    the run's η option (default :func:`eta_option`). A user's algorithm reads ``HParams`` as it likes: of
+    its options only the partition's are known unread (as :func:`.identity.ignored_options` says for a
+    sweep), so every other option that differs names its variant (``mu`` of FedDyn's α, ...)."""
     algo = cfg["algorithm"]
+    if algo not in ALGORITHMS:
+        return set(partition_ignores(cfg.get("partition", "pat1"))) | {eta or eta_option(cfg)}
     out = {k for k, users in _USED_BY.items() if algo not in users}
     out |= set(partition_ignores(cfg.get("partition", "pat1")))  # alpha outside dirichlet, assign outside pat*
     out.add(eta or eta_option(cfg))
@@ -265,7 +298,21 @@ def _read_run(rd: RunDir, status: str) -> Run:
     run.spent = run_spent(rd)
     if status == "done" and not _load_curves(run, rd):
         run.status = "empty"
+    elif status == "done" and (bad := _personal_diverged(run)) is not None:
+        run.status = "diverged"  # as the run loop marks it now (issue 47 item 4): never shown as accuracies
+        run.note = (f"{run.name}: its clients' personal models diverged by round {bad} (personal test loss not "
+                    f"finite) though it ended done; counted as diverged, its personal accuracies not shown")
     return run
+
+
+def _personal_diverged(run: Run) -> Optional[int]:
+    """The first evaluation round whose ``personal_test_loss`` is not finite (a run that ended ``done``
+    before the run loop marked such a run diverged), else ``None``."""
+    loss = run.personal.get("personal_test_loss")
+    if loss is None:
+        return None
+    bad = np.flatnonzero(~np.isfinite(loss))
+    return int(run.rounds[bad[0]]) if bad.size else None
 
 
 def run_guarantee(rd: RunDir) -> Optional[dict]:
@@ -277,12 +324,14 @@ def run_guarantee(rd: RunDir) -> Optional[dict]:
     summary = rd.summary()
     for rec in ((summary if isinstance(summary, dict) else {}).get("privacy"), raw.get("privacy")):
         if isinstance(rec, dict) and rec.get("guarantee") in ("holds", "does not hold"):
-            return {"guarantee": rec["guarantee"], "why": str(rec.get("why", ""))}
-    if unresolved_algorithm(raw) is not None:  # its declarations (private_upload, ...) cannot be read here
-        if raw.get("ldp", "none") == "none" and raw.get("dp", "none") == "none":
-            return None
-        return {"guarantee": "unknown", "why": f"algorithm {raw['algorithm']!r} is not registered in this process"}
-    cfg = Config.from_dict(raw)
+            return recorded_guarantee(rec)  # a "holds" beside an un-noised aux recorded before 47.10 reads "does not hold"
+    unresolved = unresolved_names(raw)
+    if unresolved and raw.get("ldp", "none") == "none" and raw.get("dp", "none") == "none":
+        return None
+    if "algorithm" in unresolved:  # its declarations (private_upload, ...) cannot be read here
+        name, why = unresolved["algorithm"]
+        return {"guarantee": "unknown", "why": f"algorithm {name!r} {why}"}
+    cfg = _unchecked_config(raw) if unresolved else Config.from_dict(raw)  # a model or data set of elsewhere
     if cfg.ldp == "none" and cfg.dp == "none":
         return None
     holds, why = privacy_guarantee(cfg)
@@ -325,7 +374,17 @@ def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], l
     (``running``, ``new``, ``diverged``, ``empty``: done without evaluations, ``unreadable``: a bad
     config.json), and the messages saying so. A damaged ``metrics.csv`` of a done run is refused
     (:class:`DamagedFile`, one line naming the file and line): its rows would skew the table."""
+    global _LOOKED_UP
+    _LOOKED_UP = {}
+    try:
+        return _load_runs(rundirs)
+    finally:
+        _LOOKED_UP = None
+
+
+def _load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], list[str]]:
     runs, skipped, unreadable, unknown = [], defaultdict(list), [], defaultdict(list)
+    notes = []
     for rd in rundirs:
         try:
             status = _ended(rd, rd.status())
@@ -340,18 +399,21 @@ def load_runs(rundirs: list[RunDir]) -> tuple[list[Run], dict[str, list[str]], l
             unreadable.append(f"skipped {rd.name}: {e}")
             continue
         runs.append(run)
-        if (name := unresolved_algorithm(rd.config_dict())) is not None:
-            unknown[name].append(run.name)
+        for kind, (name, why) in unresolved_names(rd.config_dict()).items():
+            unknown[kind, name, why].append(run.name)
+        if run.note:
+            notes.append(run.note)
         if run.status != "done":
             skipped[run.status].append(run.name)
     messages = [f"skipped {_plural(len(names), f'{status} run')}"
                 + (f" ({_WHY[status]})" if status in _WHY else "") + f": {_shorten(sorted(names))}"
                 for status, names in skipped.items() if status != "unreadable"]
-    fallback = [f"read {_plural(len(names), 'run')} of algorithm {name!r} from their config.json and metrics.csv "
-                f"only: it is not registered in this process (fj.register_algorithm it before report(), or name it "
-                f"module:attribute), so their options were not checked: {_shorten(sorted(names))}"
-                for name, names in unknown.items()]
-    return runs, dict(skipped), fallback + messages + unreadable
+    fallback = [f"read {_plural(len(names), 'run')} of {kind} {name!r} from their config.json and metrics.csv "
+                f"only: it {why}"
+                + (f" (fj.register_{kind} it before report(), or name it module:attribute)" if why == _UNREGISTERED
+                   else "") + f", so their options were not checked: {_shorten(sorted(names))}"
+                for (kind, name, why), names in unknown.items()]
+    return runs, dict(skipped), fallback + notes + messages + unreadable
 
 
 # ---- cells and η --------------------------------------------------------------------------------
