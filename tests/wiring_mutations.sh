@@ -710,4 +710,19 @@ mutate fedalf_jax/experiment/sweep_plan.py "    return {k for k, v in d.items() 
 mutate fedalf_jax/cli.py "    if not (args.resume and args.out and RunDir(args.out).has_config()):" "    if True:" \
   "trust47-opts: --resume of a run says its unread options again" "$TO -k config_file"
 
+# issue 47 items 3, 4 and 13: the report and a user's algorithm, personal model, modules (label "trust47-report")
+TR=tests/test_trust47_report.py
+mutate fedalf_jax/reporting/runs.py "    if algo not in ALGORITHMS:" "    if False:" \
+  "trust47-report: a user algorithm's runs differing in mu counted once (built-ins' unread options)" "$TR -k differing_in_mu"
+mutate fedalf_jax/experiment/loop.py 'elif not math.isfinite(row.get("personal_test_loss", 0.0)):' "elif False:" \
+  "trust47-report: a NaN personal test loss ends the run done" "$TR -k marks_the_run_diverged"
+mutate fedalf_jax/reporting/runs.py 'elif status == "done" and (bad := _personal_diverged(run)) is not None:' "elif False:" \
+  "trust47-report: the report shows a done run's NaN personal model as accuracies" "$TR -k counted_diverged"
+mutate fedalf_jax/reporting/runs.py "            except Exception as e:  # noqa: BLE001 - a user's module" \
+  "            except ImportError as e:  # a user's module" \
+  "trust47-report: a user module's SyntaxError or NameError stops the report" "$TR -k fails_to_import"
+mutate fedalf_jax/reporting/runs.py '_USER_KINDS = (("algorithm", ALGORITHMS), ("model", MODELS), ("dataset", DATASETS))' \
+  '_USER_KINDS = (("algorithm", ALGORITHMS),)' \
+  "trust47-report: runs of a model or data set registered elsewhere skipped as unreadable" "$TR -k another_process"
+
 exit $status
