@@ -105,10 +105,13 @@ def test_config_file_defaults_are_not_given(capsys, tmp_path, stubbed):
     odd.write_text(json.dumps({**json.loads(plain.read_text()), "alpha": 0.1}))
     said = _warnings(capsys, ["run", "--config", str(odd), "--no-progress", "--out", str(tmp_path / "o")])
     assert len(said) == 1 and "--alpha 0.1 has no effect with partition=pat1" in said[0], said
-    run = tmp_path / "r"  # a run made with --alpha 0.1 (it said so then): its resume says nothing again
-    run.mkdir()
+    run = tmp_path / "r"  # a run made with --alpha 0.1 (it said so then): its resume says nothing again, even
+    run.mkdir()           # by the command that started it with --resume added
     (run / "config.json").write_text(json.dumps({**json.loads(odd.read_text()), "out": str(run)}))
     assert _warnings(capsys, ["run", "--resume", "--out", str(run), "--no-progress"]) == []
+    assert _warnings(capsys, ["run", "--config", str(odd), "--alpha", "0.1", "--resume", "--out", str(run),
+                              "--no-progress"]) == []
+    assert len(stubbed) == 4
 
 
 def test_sweep_says_unread_options_in_one_line(capsys, tmp_path, stubbed):
