@@ -141,6 +141,8 @@ class ClientFacts(NamedTuple):
 
     n: Any       # int32 scalar: n_i
     steps: Any   # int32 scalar: local SGD steps, epochs · ⌈n_i / B⌉ (0 without local training)
+    label_counts: Any = None  # [num_classes] int32: the client's training labels counted (a client program's ctx)
+    index: Any = None         # int32 scalar: the client's index in 0 … N − 1 (a client program's ctx)
 
 
 SERVER_INFO = ("qp_iters", "qp_residual", "qp_fallback", "qp_blocks")
@@ -218,7 +220,7 @@ class Algorithm:
 
     name: str
     server: Callable           # ServerIn -> (new θ, new server state, info)
-    upload: Callable           # (theta, w, w_tilde, state, hp, lr_t) -> (Δ_i, new state)
+    upload: Optional[Callable] = None  # (theta, w, w_tilde, state, hp, lr_t) -> (Δ_i, new state); or client=
     penalty: Optional[Callable] = None  # (theta, state, hp) -> (params -> scalar), or None
     local_train: bool = True   # False: the client sends ∇f_i(θ_t) (FedLF client_grad=full)
     needs_loss: bool = False   # the server uses l_i = f_i(θ_t)
@@ -236,9 +238,11 @@ class Algorithm:
     local_loss: Optional[Callable] = None  # (theta, state, hp) -> ((params, Batch) -> scalar): each step's loss
     client_collections: tuple = ()  # model collections kept per client, e.g. ("batch_stats",) (FedBN)
     hparams: Any = ()  # the algorithm's own hyper-parameters: {name: default float}, kept as ((name, default), ...)
+    client: Any = None  # a fj.ClientProgram(init, step, final): the client's whole procedure instead of upload & co.
 
     def __post_init__(self):
         object.__setattr__(self, "hparams", _own_hparams(self.name, self.hparams))
+        _check_client_program(self)
         cols = (self.client_collections,) if isinstance(self.client_collections, str) else self.client_collections
         object.__setattr__(self, "client_collections", tuple(cols))
         bad = [c for c in self.client_collections if c not in CLIENT_COLLECTIONS]
@@ -274,6 +278,33 @@ class Algorithm:
     def has_client_state(self) -> bool:
         """A state per client lives in the run state (FedADMM's and FedALF's dual)."""
         return self.init_client_state is not None
+
+
+_DEFAULT_CLIENT_FIELDS = ("penalty", "local_start", "local_optimizer", "personal", "local_loss")
+
+
+def _check_client_program(alg: "Algorithm") -> None:
+    """An algorithm gives its client as ``upload`` (and the default client's optional fields) or as ``client``
+    (a :class:`~fedalf_jax.sim.program.ClientProgram`), not both; one line otherwise."""
+    from ..errors import ConfigError as error  # as contract.error makes it; contract imports this module
+    if alg.client is None:
+        if alg.upload is None:
+            raise error(f"algorithm {alg.name!r} has no client: give upload=(theta, w, w_tilde, state, hp, lr_t) -> "
+                        f"(Δ_i, new state) or client=fj.ClientProgram(init, step, final) (docs/extending.md)")
+        return
+    from .program import ClientProgram
+    if not isinstance(alg.client, ClientProgram):
+        raise error(f"algorithm {alg.name!r}: client is a {type(alg.client).__name__}; expected "
+                    f"fj.ClientProgram(init, step, final)")
+    for k, f in zip(ClientProgram._fields, alg.client):
+        if not callable(f) and not (k == "step" and f is None):
+            raise error(f"algorithm {alg.name!r}: client.{k} is a {type(f).__name__}; expected a function")
+    given = [k for k in ("upload", *_DEFAULT_CLIENT_FIELDS) if getattr(alg, k) is not None]
+    given += ["client_collections"] if alg.client_collections else []
+    given += ["local_train=False"] if not alg.local_train else []
+    if given:
+        raise error(f"algorithm {alg.name!r} has a client program and also {', '.join(given)}, which belong to the "
+                    f"default client; write them into the program's init, step and final, or drop client=")
 
 
 RESERVED_HPARAMS = HParams._fields  # an algorithm's own names may not shadow these

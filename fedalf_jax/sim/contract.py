@@ -197,3 +197,67 @@ def check_state_init(alg, fn_name: str, make, *args):
         msg = str(e).strip().splitlines()[0] if str(e).strip() else "TypeError"
         raise error(f"{fn} did not return a pytree of arrays ({msg[:160]})") from None
     return out
+
+
+# ---- the client program (fj.ClientProgram; docs/extending.md "The client program") ---------------------------
+
+PROGRAM_PRIVACY = ("client programs do not yet run under a privacy mechanism (what leaves the client, Δ_i, aux "
+                   "and data-pass statistics, is not passed through it)")
+
+
+def check_program_run(spec) -> None:
+    """A client program's round (``spec.algorithm.client``) is one this first cut runs exactly: no privacy
+    mechanism, no batch statistics; one line otherwise (``build.make_spec`` calls it before anything is
+    written, the round again while it is traced)."""
+    alg = spec.algorithm
+    if getattr(alg, "client", None) is None:
+        return
+    if spec.ldp != "none" or spec.dp != "none":
+        option, value = ("ldp", spec.ldp) if spec.ldp != "none" else ("dp", spec.dp)
+        raise error(f"algorithm {alg.name!r} has a client program, and {PROGRAM_PRIVACY}; run it with {option}='none' "
+                    f"(not {value!r})")
+    if getattr(spec.model, "has_batch_stats", False):
+        raise error(f"algorithm {alg.name!r} has a client program, which does not yet train a model's batch "
+                    f"statistics (batch_stats); use a model without BatchNorm")
+
+
+def check_carry(alg, got, want) -> None:
+    """What ``client.step`` returned is a carry like the one it was given (``init``'s structure, shapes, dtypes)."""
+    fn = f"algorithm {alg.name!r}: client.step"
+    check_arrays(fn, "the carry", got)
+    check_like(fn, "the carry", got, want, expected="the carry it was given, as init made it")
+
+
+def check_fold(alg, got, want) -> None:
+    """What a data pass's function returned is an accumulator like ``init``."""
+    fn = f"algorithm {alg.name!r}: ctx.data.fold's function"
+    check_arrays(fn, "the accumulator", got)
+    check_like(fn, "the accumulator", got, want, expected="the accumulator it was given, as fold's init")
+
+
+def unpack_final(alg, out, theta, state) -> tuple[Any, Any, Any]:
+    """``(Δ_i, new state, aux)`` from what ``client.final`` returned, checked against θ and the client's state."""
+    fn = f"algorithm {alg.name!r}: client.final"
+    if not isinstance(out, tuple) or len(out) not in (2, 3):
+        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+        raise error(f"{fn} returned {got}; expected (Δ_i, new state) or (Δ_i, new state, aux)")
+    delta, new_state = out[0], out[1]
+    aux = out[2] if len(out) == 3 else None
+    check_arrays(fn, "Δ_i", delta)
+    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")
+    check_arrays(fn, "the new client state", new_state)
+    check_like(fn, "the new client state", new_state, state, expected="the state it was given (ctx.state)")
+    if aux is not None:
+        check_arrays(fn, "aux", aux)
+        if alg.public_aux is None:
+            raise error(f"{fn} returned an auxiliary upload (a third element) but the Algorithm does not say "
+                        f"whether it is private: set public_aux=False (or True: aux is a function of public "
+                        f"values only)")
+        for k, v in client_metrics(aux).items():
+            if k not in alg.metrics:
+                raise error(f"{fn} returned the client metric {k!r} in aux['metrics'] but the Algorithm's metrics "
+                            f"are {tuple(alg.metrics)}; add {k!r} to metrics=")
+            if jnp.shape(v) != ():
+                raise error(f"{fn} returned the client metric {k!r} of shape {tuple(jnp.shape(v))}; expected a "
+                            f"scalar")
+    return delta, new_state, aux

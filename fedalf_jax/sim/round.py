@@ -194,12 +194,15 @@ def local_steps(n, epochs: int, batch_size: int):
 
 
 def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y, bcast=None,
-                own=None) -> ClientOut:
+                own=None, index=None) -> ClientOut:
     """One client's whole contribution to round ``t`` (unbatched; the round vmaps it). ``bcast``: what the
     algorithm's ``broadcast`` chose this round (shared by the clients). ``own``: the client's own copies of
     the algorithm's ``client_collections`` (``{"batch_stats": ...}``), which it trains from instead of the
-    global model's."""
+    global model's. ``index``: the client's id (given to a client program, ``Algorithm.client``, alone)."""
     alg = spec.algorithm
+    if alg.client is not None:  # the client program (fedalf_jax/sim/program.py); the default client below
+        from .program import program_client
+        return program_client(spec, theta_vars, dual, idx, n, key, hp, t, x, y, bcast, index)
     if own:
         theta_vars = {**theta_vars, **own}
     theta = theta_vars["params"]
@@ -443,8 +446,8 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
 
     def one(pc, sh):
         variables, hp_, t, x, y, bcast = sh
-        dual, idx_, n_, key, own_ = pc
-        return client_step(spec, variables, dual, idx_, n_, key, hp_, t, x, y, bcast, own_)
+        dual, idx_, n_, key, own_, *index = pc  # index: the client ids, for a client program alone
+        return client_step(spec, variables, dual, idx_, n_, key, hp_, t, x, y, bcast, own_, *index)
 
     def local(per_client, shared):
         if spec.client_map == "map":
@@ -457,6 +460,8 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     bcast = (C.call(alg, "broadcast", alg.broadcast, (state.sstate,), {}, "server_state")  # once, shared
              if alg.broadcast is not None else None)
     per_client, shared = (duals, idx, n, ckeys, own), (state.variables, hp, state.round, data.x, data.y, bcast)
+    if alg.client is not None:  # a client program knows its index (ClientFacts.index)
+        per_client = per_client + (sel,)
     if spec.client_devices > 1:
         # Inside a shard_map over the mesh axis "clients" (the run loop wraps the whole chunk in one):
         # every device holds the whole (replicated) state, runs its m/D clients, and all-gathers the

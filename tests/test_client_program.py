@@ -1,0 +1,342 @@
+"""The client program (issue 48 item 1; fedalf_jax/sim/program.py, docs/extending.md "The client program"):
+``fj.Algorithm(..., client=fj.ClientProgram(init, step, final))``, its context (θ, state, hp, broadcast, round,
+learning rate, key, facts with label counts and client index, apply), its carry threaded through the local
+steps and its data pass; and the first three examples written with it (item 8: examples/fedlc.py, pfedme.py,
+fedproto.py), each against two rounds computed by hand in float64 on the tiny problem of
+tests/test_examples_client.py (three clients of 4, 3 and 5 examples, a batch of 5: every local step is one
+full batch, so ``local_epochs`` is the number of steps), with the clients vmapped and mapped."""
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fedalf_jax as fj
+from fedalf_jax.cli import main
+from helpers import cli, one_line_error
+from test_examples_client import (COUNTS, Y, _backward, _cfg, _close, _close_tree, _flax, _forward, _loss_at, _rows,
+                                  _softmax, _sub, _theta0, jax_tree)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MAPS = ["vmap", "map"]
+
+
+def _map(f, *trees):
+    return jax.tree_util.tree_map(f, *trees)
+
+
+# ---- the foundation: a program doing FedAvg's SGD is FedAvg, bit for bit --------------------------------------
+
+def _sgd_init(ctx):
+    return ctx.theta
+
+
+def _sgd_step(w, batch, ctx):
+    g = jax.grad(lambda p: fj.cross_entropy(batch, ctx.apply(p, batch.x, train=True, key=batch.key)[0]))(w)
+    return _map(lambda p, gi: p - ctx.lr * gi, w, g)
+
+
+def _sgd_final(w, ctx):
+    return _map(lambda t, p: t - p, ctx.theta, w), ctx.state
+
+
+def _program_fedavg():
+    return fj.Algorithm("program_fedavg", server=fj.algorithms.weighted_mean_server,
+                        client=fj.ClientProgram(_sgd_init, _sgd_step, _sgd_final))
+
+
+@pytest.mark.parametrize("client_map", MAPS)
+def test_a_program_doing_sgd_is_fedavg_bit_for_bit(client_map):
+    """The carry threads through every step, over the default client's minibatches and keys (a synthetic
+    federation of 6 clients, 3 per round, padded rows, two epochs): the model equals the built-in FedAvg's
+    bit for bit, and so do the metrics."""
+    fj.register_algorithm("program_fedavg", _program_fedavg)
+    kw = dict(dataset="synthetic", model="mlp", clients=6, clients_per_round=3, rounds=2, eval_every=1,
+              synthetic_train=130, synthetic_test=40, batch_size=8, local_epochs=2, lr=0.1, lr_decay=0.7,
+              client_map=client_map)
+    mine = fj.run(fj.Config(algorithm="program_fedavg", **kw), progress=False)
+    ref = fj.run(fj.Config(algorithm="fedavg", **kw), progress=False)
+    for a, b in zip(jax.tree_util.tree_leaves(mine.model["params"]), jax.tree_util.tree_leaves(ref.model["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.abs(np.asarray(ref.model["params"]["Dense_0"]["bias"])).max() > 0  # it trained
+    cols = ["mean_acc", "test_loss", "angle_deg", "model_conflicts"]
+    np.testing.assert_array_equal(mine.metrics[cols].to_numpy(), ref.metrics[cols].to_numpy())
+
+
+# ---- the context: facts, round, learning rate ------------------------------------------------------------------
+
+def _facts_final(w, ctx):
+    f = ctx.facts
+    return _map(jnp.zeros_like, ctx.theta), {"counts": f.label_counts, "index": f.index, "n": f.n, "steps": f.steps,
+                                             "t": ctx.t, "lr": ctx.lr, "seen": ctx.state["seen"] + 1}
+
+
+def _facts_state(params):
+    z = jnp.zeros((), jnp.int32)
+    return {"counts": jnp.zeros((3,), jnp.int32), "index": z - 1, "n": z, "steps": z, "t": z,
+            "lr": jnp.zeros((), jnp.float32), "seen": z}
+
+
+@pytest.mark.parametrize("client_map", MAPS)
+def test_the_context_says_who_the_client_is(tmp_path, client_map):
+    """After two rounds of 2 clients out of 3, each sampled client's state holds what its ctx said the last time
+    it was sampled: its label counts (padding not counted), its index, n, its steps (2 epochs of one batch),
+    the round and that round's learning rate η_l·decay^t."""
+    fj.register_algorithm("facts_prog", lambda: fj.Algorithm(
+        "facts_prog", server=fj.algorithms.weighted_mean_server, init_client_state=_facts_state,
+        client=fj.ClientProgram(lambda ctx: ctx.theta, None, _facts_final)))
+    res = fj.run(_cfg("facts_prog", clients_per_round=2, lr_decay=0.5, client_map=client_map),
+                 out=str(tmp_path / "f"), progress=False)
+    st = jax_tree(res.client_states)
+    want_counts = [np.bincount(Y[r], minlength=3) for r in _lists()]
+    assert sorted(st["seen"]) in ([1, 1, 2], [0, 2, 2])  # 4 samplings of 3 clients
+    for i in range(3):
+        if st["seen"][i] == 0:
+            continue
+        assert st["index"][i] == i and st["n"][i] == COUNTS[i] and st["steps"][i] == 2
+        np.testing.assert_array_equal(st["counts"][i], want_counts[i])
+        t = st["t"][i]
+        assert st["lr"][i] == pytest.approx(0.3 * 0.5 ** t, rel=1e-6)
+    assert set(st["t"][st["seen"] > 0]) <= {0.0, 1.0} and 1.0 in set(st["t"])
+
+
+def _lists():
+    starts = np.cumsum([0] + COUNTS)
+    return [np.arange(starts[i], starts[i + 1]) for i in range(3)]
+
+
+# ---- FedLC --------------------------------------------------------------------------------------------------
+
+def _fedlc_by_hand(tau, rounds=2, lr=0.3, decay=1.0, steps=2):
+    theta = _theta0()
+    for t in range(rounds):
+        ws = []
+        for i in range(3):
+            x, y = _rows(i)
+            counts = np.bincount(y, minlength=3).astype(float)
+            margin = np.where(counts > 0, tau * np.maximum(counts, 1) ** -0.25, np.inf)
+            w = dict(theta)
+            for _ in range(steps):
+                logits, _, cache = _forward(w, x)
+                p = _softmax(logits - margin)
+                w = _sub(w, _backward(w, cache, (p - np.eye(3)[y]) / len(y)), lr * decay ** t)
+            ws.append(w)
+        pw = np.asarray(COUNTS) / sum(COUNTS)
+        theta = {k: theta[k] - 0.8 * sum(pw[i] * (theta[k] - ws[i][k]) for i in range(3)) for k in theta}
+    return theta
+
+
+@pytest.mark.parametrize("client_map", MAPS)
+def test_fedlc_matches_two_rounds_by_hand(client_map):
+    """Client 1 holds no label 0 (an infinite margin: the class leaves its softmax); η_l decays (0.3, 0.15)."""
+    res = fj.run(_cfg("examples.fedlc:fedlc", hp={"tau": 0.7}, lr_decay=0.5, client_map=client_map), progress=False)
+    theta = _fedlc_by_hand(0.7, decay=0.5)
+    _close_tree(res.model["params"], _flax(theta))
+    plain = _fedlc_by_hand(0.0, decay=0.5)  # τ = 0 is FedAvg but for the class client 1 lacks: not it
+    assert max(np.abs(theta[k] - plain[k]).max() for k in theta) > 1e-3
+
+
+# ---- pFedMe -------------------------------------------------------------------------------------------------
+
+def _ce_grad_eval(p, x, y):
+    logits, _, cache = _forward(p, x)
+    return _backward(p, cache, (_softmax(logits) - np.eye(3)[y]) / len(y))
+
+
+def _pfedme_by_hand(lam, eta_p, k, rounds=2, lr=0.3, glr=0.8, steps=2, warm=True):
+    theta = _theta0()
+    personal = [dict(theta) for _ in range(3)]
+    evals = [np.mean([_loss_at(theta, i) for i in range(3)])]
+    for _ in range(rounds):
+        ws = []
+        for i in range(3):
+            x, y = _rows(i)
+            w, v = dict(theta), dict(theta)
+            for _ in range(steps):
+                v = v if warm else dict(w)
+                for _ in range(k):
+                    g = _ce_grad_eval(v, x, y)
+                    v = {q: v[q] - eta_p * (g[q] + lam * (v[q] - w[q])) for q in v}
+                w = {q: w[q] - lr * lam * (w[q] - v[q]) for q in w}
+            ws.append(w)
+            personal[i] = v
+        pw = np.asarray(COUNTS) / sum(COUNTS)
+        theta = {q: theta[q] - glr * sum(pw[i] * (theta[q] - ws[i][q]) for i in range(3)) for q in theta}
+        evals.append(np.mean([_loss_at(personal[i], i) for i in range(3)]))
+    return theta, personal, evals
+
+
+@pytest.mark.parametrize("client_map", MAPS)
+def test_pfedme_matches_two_rounds_by_hand(tmp_path, client_map):
+    """θ, every client's θ̃ (its state) and each evaluation's personal loss, with θ̃ warm-started from one local
+    step to the next (K = 5 inner steps); restarting θ̃ from w every step gives another θ."""
+    hp = {"lam": 2.0, "personal_lr": 0.05}
+    res = fj.run(_cfg("examples.pfedme:pfedme", hp=hp, client_map=client_map), out=str(tmp_path / "p"),
+                 progress=False)
+    theta, personal, evals = _pfedme_by_hand(2.0, 0.05, 5)
+    _close_tree(res.model["params"], _flax(theta))
+    _close_tree(res.client_states, {k: {q: np.stack([_flax(p)[k][q] for p in personal]) for q in ("kernel", "bias")}
+                                    for k in ("Dense_0", "Dense_1")})
+    _close(res.metrics["personal_test_loss"].to_numpy(np.float64), evals)
+    cold, _, _ = _pfedme_by_hand(2.0, 0.05, 5, warm=False)
+    assert max(np.abs(theta[q] - cold[q]).max() for q in theta) > 1e-4
+
+
+# ---- FedProto -----------------------------------------------------------------------------------------------
+
+def _fedproto_by_hand(lam, rounds=2, lr=0.3, steps=2):
+    """Each client's own model (from θ_0) trained on CE + λ·mean((h − C̄_y)²) over the classes with a global
+    prototype; prototypes from the trained model (evaluation mode) per class; the server's count-weighted mean."""
+    models = [_theta0() for _ in range(3)]
+    protos, have = np.zeros((3, 4)), np.zeros(3)
+    evals = []
+    for _ in range(rounds):
+        sums, tot = np.zeros((3, 4)), np.zeros(3)
+        for i in range(3):
+            x, y = _rows(i)
+            w = models[i]
+            for _ in range(steps):
+                logits, h, cache = _forward(w, x)
+                dlog = (_softmax(logits) - np.eye(3)[y]) / len(y)
+                dh = lam * 2 * (h - protos[y]) * have[y][:, None] / (len(y) * h.shape[1])
+                w = _sub(w, _backward(w, cache, dlog, dh), lr)
+            models[i] = w
+            _, h, _ = _forward(w, x)
+            for c in range(3):
+                sel = y == c
+                if sel.any():
+                    sums[c] += sel.sum() * h[sel].mean(0)
+                    tot[c] += sel.sum()
+        protos = np.where(tot[:, None] > 0, sums / np.maximum(tot, 1)[:, None], protos)
+        have = np.maximum(have, tot > 0)
+        evals.append(np.mean([_loss_at(models[i], i) for i in range(3)]))
+    return models, protos, evals
+
+
+@pytest.mark.parametrize("client_map", MAPS)
+def test_fedproto_matches_two_rounds_by_hand(tmp_path, client_map):
+    """Every client's own model (its state), the global prototypes (the server's state: from a data pass after
+    training, over padded rows) and each evaluation's personal loss; θ stays θ_0; λ = 0.5 changes round 2."""
+    res = fj.run(_cfg("examples.fedproto:fedproto", model="tiny_feat", hp={"lam": 0.5}, client_map=client_map),
+                 out=str(tmp_path / "p"), progress=False)
+    models, protos, evals = _fedproto_by_hand(0.5)
+    _close_tree(res.model["params"], _flax(_theta0()), atol=0)
+    _close_tree(res.client_states, {k: {q: np.stack([_flax(p)[k][q] for p in models]) for q in ("kernel", "bias")}
+                                    for k in ("Dense_0", "Dense_1")})
+    _close(np.asarray(res.server_state["protos"]), protos)
+    np.testing.assert_array_equal(np.asarray(res.server_state["have"]), [1, 1, 1])
+    _close(res.metrics["personal_test_loss"].to_numpy(np.float64)[1:], evals)
+    no_pull, _, _ = _fedproto_by_hand(0.0)
+    assert max(np.abs(models[0][q] - no_pull[0][q]).max() for q in models[0]) > 1e-4
+
+
+def test_a_data_pass_sums_every_real_example_once():
+    """ctx.data.fold in batches of 2 over rows padded to 5 (n = 4, 3, 5): the sum of x and the count of examples,
+    with the padded rows masked and a batch with no real example skipped."""
+    def final(w, ctx):
+        def add(acc, b):
+            m = b.mask.astype(jnp.float32)
+            return {"x": acc["x"] + m @ b.x, "n": acc["n"] + jnp.sum(b.mask.astype(jnp.int32)),
+                    "batches": acc["batches"] + 1}
+        acc = ctx.data.fold(add, {"x": jnp.zeros(3), "n": jnp.zeros((), jnp.int32),
+                                  "batches": jnp.zeros((), jnp.int32)}, batch_size=2)
+        return _map(jnp.zeros_like, ctx.theta), acc
+
+    fj.register_algorithm("fold_prog", lambda: fj.Algorithm(
+        "fold_prog", server=fj.algorithms.weighted_mean_server, client=fj.ClientProgram(_sgd_init, None, final),
+        init_client_state=lambda p: {"x": jnp.zeros(3), "n": jnp.zeros((), jnp.int32),
+                                     "batches": jnp.zeros((), jnp.int32)}))
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        st = jax_tree(fj.run(_cfg("fold_prog", rounds=1), out=d, progress=False).client_states)
+    for i, r in enumerate(_lists()):
+        from test_examples_client import X
+        _close(st["x"][i], X[r].sum(0), atol=1e-5)
+        assert st["n"][i] == COUNTS[i] and st["batches"][i] == -(-COUNTS[i] // 2)
+
+
+# ---- mistakes are one line -----------------------------------------------------------------------------------
+
+def _bad(name, **kw):
+    prog = dict(init=_sgd_init, step=_sgd_step, final=_sgd_final)
+    alg = {k: v for k, v in kw.items() if k not in prog}
+    prog.update({k: v for k, v in kw.items() if k in prog})
+    fj.register_algorithm(name, lambda: fj.Algorithm(name, server=fj.algorithms.weighted_mean_server,
+                                                     client=fj.ClientProgram(**prog), **alg))
+    return name
+
+
+@pytest.mark.parametrize("make, needles", [
+    (lambda: _bad("bad_step", step=lambda w, b, ctx: {"w": w}), ["client.step returned the carry", "another tree"]),
+    (lambda: _bad("bad_step_dtype", step=lambda w, b, ctx: _map(lambda p: p.astype(jnp.bfloat16), w)),
+     ["client.step returned the carry", "bfloat16"]),
+    (lambda: _bad("bad_final", final=lambda w, ctx: w), ["client.final returned dict", "(Δ_i, new state)"]),
+    (lambda: _bad("bad_delta", final=lambda w, ctx: ({"x": jnp.zeros(2)}, ctx.state)),
+     ["client.final returned Δ_i", "shaped like the params"]),
+    (lambda: _bad("bad_aux", final=lambda w, ctx: (_sgd_final(w, ctx)[0], ctx.state, jnp.zeros(2))),
+     ["client.final returned an auxiliary upload", "public_aux"]),
+    (lambda: _bad("bad_sig", step=lambda w, b: w), ["client.step", "carry, batch, ctx"]),
+    (lambda: _bad("bad_init", init=lambda ctx: "w"), ["client.init returned the carry", "pytree of arrays"]),
+    (lambda: _bad("bad_fold", final=lambda w, ctx: (ctx.data.fold(lambda a, b: a.astype(jnp.int32), jnp.zeros(2)),
+                                                    ctx.state)),
+     ["ctx.data.fold's function returned the accumulator", "int32"]),
+])
+def test_a_programs_mistake_is_one_line(capsys, tmp_path, make, needles):
+    _cfg("fedavg")  # registers the tiny data
+    code, err = cli(capsys, ["run", "--algorithm", make(), "--dataset", "tiny_mixed", "--partition", "given",
+                             "--model", "tiny", "--clients", "3", "--clients-per-round", "3", "--rounds", "1",
+                             "--no-progress", "--out", str(tmp_path / "x")])
+    # the algorithm is registered in this process: the code digest's warning line comes first
+    err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("fedalf: warning: code digest"))
+    one_line_error(code, err, *needles)
+
+
+@pytest.mark.parametrize("option", [["--ldp", "adaptive"], ["--dp", "gaussian"]])
+def test_a_program_under_a_privacy_mechanism_is_refused_in_one_line(capsys, tmp_path, option):
+    """This first cut does not pass Δ_i, aux and data-pass statistics through a mechanism: refused, before
+    anything is written."""
+    _cfg("fedavg")  # registers the tiny data
+    out = tmp_path / "priv"
+    code, err = cli(capsys, ["run", "--algorithm", "examples.fedlc:fedlc", "--dataset", "tiny_mixed", "--partition",
+                             "given", "--model", "tiny", "--clients", "3", "--clients-per-round", "3", "--rounds", "1",
+                             "--no-progress", "--out", str(out), *option])
+    # the config's privacy record warns first that the guarantee does not hold (the algorithm declares nothing)
+    assert err.splitlines()[0].startswith("fedalf: warning: the privacy guarantee does not hold")
+    err = "\n".join(err.splitlines()[1:])
+    one_line_error(code, err, "client program", "privacy mechanism", f"{option[0][2:]}='none'")
+    assert not (out / "metrics.csv").exists()
+
+
+def test_a_program_beside_the_default_clients_fields_is_refused():
+    with pytest.raises(fj.ConfigError, match="has a client program and also upload, penalty"):
+        fj.Algorithm("both", server=fj.algorithms.weighted_mean_server, upload=fj.algorithms.model_upload,
+                     penalty=fj.algorithms.prox_penalty, client=fj.ClientProgram(_sgd_init, _sgd_step, _sgd_final))
+    with pytest.raises(fj.ConfigError, match="expected fj.ClientProgram"):
+        fj.Algorithm("tuple", server=fj.algorithms.weighted_mean_server, client=(_sgd_init, _sgd_step, _sgd_final))
+    with pytest.raises(fj.ConfigError, match="has no client: give upload="):
+        fj.Algorithm("none", server=fj.algorithms.weighted_mean_server)
+
+
+# ---- each example from the CLI, as its docstring says ------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["fedlc", "pfedme", "fedproto"])
+def test_example_runs_from_its_docstring_line(tmp_path, name):
+    """The ``fedalf run`` line of the module's docstring, on small synthetic data and 2 rounds."""
+    import importlib
+    import shlex
+    doc = importlib.import_module(f"examples.{name}").__doc__
+    line = next(ln.strip() for ln in doc.splitlines() if ln.strip().startswith("fedalf run"))
+    argv = shlex.split(line)[1:]
+    argv[argv.index("--rounds") + 1] = "2"
+    small = ["--dataset", "synthetic", "--clients", "4", "--clients-per-round", "2", "--eval-every", "2",
+             "--synthetic-train", "80", "--synthetic-test", "40", "--batch-size", "20", "--no-progress"]
+    assert main([*argv, *small, "--out", str(tmp_path / "cli")]) == 0
+    res = fj.load(tmp_path / "cli")
+    assert res.status == "done" and list(res.metrics["round"]) == [0, 2]
+    assert np.isfinite(res.metrics["test_loss"]).all()
+    assert ("personal_acc" in res.metrics) == (name != "fedlc")
