@@ -122,6 +122,13 @@ def check_own_hparams(cfg: Config, alg: A.Algorithm) -> None:
                           f"for the model, but {', '.join(cfg.resolved_hp) or 'none'} when its factory is called with "
                           f"layer_of=None (or that call fails): config.json and the run's identity record the latter; "
                           f"let the factory declare the same hparams whatever layer_of")
+    for k, v in declared.items():  # the defaults the round is built with are those the config records
+        if k not in cfg.hp and float(v) != cfg.resolved_hp[k]:
+            raise ConfigError(f"algorithm {cfg.algorithm!r} declares the default {k}={float(v):g} when built for the "
+                              f"model but {k}={cfg.resolved_hp[k]:g} when the config was validated (its factory "
+                              f"called with layer_of=None): config.json and the run's identity record the latter; "
+                              f"validate the config again (cfg.validated()) after changing what the factory reads, "
+                              f"and let it declare the same defaults whatever layer_of")
 
 
 def layer_ids(params, layers: str):
@@ -245,8 +252,6 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
     from .guarantee import check_applied  # the mechanism the record states applies to what is uploaded
     check_applied(cfg, spec)
-    from ..sim.contract import check_program_run  # a client program: not yet under a mechanism (issue 48)
-    check_program_run(spec)
     return spec
 
 

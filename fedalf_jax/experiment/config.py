@@ -329,6 +329,9 @@ class Config:
                          algorithm=self.algorithm, client_grad=self.client_grad)
 
     def validated(self) -> "Config":
+        # a user's algorithm's declaration (hparams, private_upload, ...) is read afresh from its factory: it may
+        # read globals a notebook changed since the last run (issue #47 item 8); read once per validation
+        _user_algorithm.cache_clear()
         for name in ("data_dir", "out"):  # paths: a JSON object or number here is a mistake, not a folder
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):

@@ -28,11 +28,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..errors import ConfigError
 from .code_digest import current, take
 
 
-class RegistryError(ValueError):
-    """A name is not registered or importable, or what it names is unusable; the message says the fix."""
+class RegistryError(ConfigError):
+    """A name is not registered or importable, or what it names is unusable; the message says the fix (one
+    line, a :class:`ConfigError`)."""
 
 
 _KINDS = ("algorithm", "model", "dataset")
@@ -46,10 +48,21 @@ def _register(kind: str, name: str, obj: Any) -> None:
     if not isinstance(name, str) or not name or ":" in name:
         raise RegistryError(f"a registered {kind} name must be a non-empty string without ':' (':' marks "
                             f"module:attribute names), got {name!r}")
+    builtin = _builtin(kind)
+    if name in builtin:  # a config naming it runs the built-in: the registered one would be ignored
+        raise RegistryError(f"register_{kind}({name!r}, ...): {name!r} is a built-in {kind} (as are "
+                            f"{', '.join(b for b in builtin if b != name)}), which a config naming it runs; "
+                            f"register yours under another name")
     _REGISTERED[kind][name] = obj
     if kind in _CODE:
         _CODE[kind][name] = take(obj)
     _VERSION["n"] += 1
+
+
+def _builtin(kind: str) -> tuple:
+    """The built-in names of ``kind`` (:mod:`.options`, which imports this module: read when called)."""
+    from . import options
+    return {"algorithm": options.ALGORITHMS, "model": options.MODELS, "dataset": options.DATASETS}[kind]
 
 
 def is_path(name: Any) -> bool:
@@ -73,7 +86,7 @@ def lookup(kind: str, name: str, builtin: tuple = ()) -> Any:
                                 f"that holds it (here: {os.getcwd()}) or put that folder on PYTHONPATH") from None
         except AttributeError:
             raise RegistryError(f"{kind} {name!r}: module {module!r} has no attribute {attr!r}") from None
-        if kind == "dataset" and not isinstance(obj, ArrayData):
+        if kind == "dataset":
             obj = _as_data(name, obj)
         _REGISTERED[kind][name] = obj
         if kind in _CODE:  # the code as imported now: a file edited later is seen on --resume
@@ -297,14 +310,16 @@ def make_data(name: str, x_train, y_train, x_test, y_test, *, num_classes: Optio
     for a in (x_train, y_train, x_test, y_test, *(clients[0] if clients else ()), *(clients[1] if clients else ())):
         h.update(str(a.shape).encode())
         h.update(np.ascontiguousarray(a).tobytes())
+        a.flags.writeable = False  # our own copies: a run trains on the arrays of the digest (issue #47 item 9)
     return ArrayData(x_train, y_train, x_test, y_test, int(num_classes), clients, h.hexdigest()[:16])
 
 
 def _as_data(name: str, obj) -> ArrayData:
     if callable(obj):
         obj = obj()
-    if isinstance(obj, ArrayData):
-        return obj
+    if isinstance(obj, ArrayData):  # checked, digested and kept read-only as a registered one
+        return make_data(name, obj.x_train, obj.y_train, obj.x_test, obj.y_test, num_classes=obj.num_classes,
+                         clients=obj.clients)
     if isinstance(obj, dict):
         return make_data(name, **obj)
     raise RegistryError(f"dataset {name!r}: expected an ArrayData, a dict of make_data's arguments, or a "
@@ -315,7 +330,9 @@ def register_dataset(name: str, x_train, y_train, x_test, y_test, *, num_classes
                      clients: Optional[tuple] = None) -> ArrayData:
     """Make the arrays usable as ``Config(dataset=name)`` in this process (see :class:`ArrayData`); every
     shape and label is checked now, with one error naming the mismatch. A run records the arrays'
-    digest, and ``--resume`` refuses other arrays under the same name."""
+    digest, and ``--resume`` refuses other arrays under the same name. The data set keeps read-only copies
+    (the returned :class:`ArrayData`'s arrays): an in-place change (``data.x_train /= 255``) raises; to
+    change the arrays, register them again."""
     data = make_data(name, x_train, y_train, x_test, y_test, num_classes=num_classes, clients=clients)
     _register("dataset", name, data)
     return data

@@ -281,10 +281,18 @@ class Model:
     def init(self, key: jax.Array) -> dict:
         """Variables: ``{'params': ...}`` (+ ``'batch_stats'`` for models with BatchNorm).
 
-        Compiled and cached per (module, input shape): eager flax init would dispatch hundreds of
-        small ops. Also usable under jit / vmap (e.g. over seeds).
+        Compiled once: eager flax init would dispatch hundreds of small ops. Also usable under jit / vmap
+        (e.g. over seeds). A built-in model's compiled init is shared per (module, input shape) by every
+        :class:`Model` of this process (its code cannot change); a user's module is traced afresh for each
+        ``Model`` (one per run): it may read globals a notebook changed since the last run (issue #47 item 1).
         """
-        return _jitted_init(self.module, self.input_shape, self.takes_train)(key)
+        if _shared_init(self):
+            return _jitted_init(self.module, self.input_shape, self.takes_train)(key)
+        own = self.__dict__.get("_own_init")
+        if own is None:  # not a field: equality, hashing and dataclasses.replace ignore it
+            own = _init_program(self.module, self.input_shape, self.takes_train)
+            object.__setattr__(self, "_own_init", own)
+        return own(key)
 
     def apply(self, variables: dict, x: jax.Array, *, train: bool = False, rng=None, forward_only: bool = False,
               features: bool = False):
@@ -346,8 +354,17 @@ def split_outputs(out):
     return out, None
 
 
+def _shared_init(model: "Model") -> bool:
+    """Whether ``model`` is a built-in one (made by :func:`make_model`), whose compiled init may be shared."""
+    return model.name in MODEL_NAMES and type(model.module) in (MLP, CNN, CNNBN)
+
+
 @functools.lru_cache(maxsize=64)
 def _jitted_init(module: nn.Module, input_shape: tuple, takes_train: bool = True):
+    return _init_program(module, input_shape, takes_train)
+
+
+def _init_program(module: nn.Module, input_shape: tuple, takes_train: bool = True):
     def init(key):
         x = jnp.zeros((1, *input_shape), jnp.float32)
         return dict(module.init({"params": key}, x, **({"train": False} if takes_train else {})))
