@@ -725,4 +725,19 @@ mutate fedalf_jax/reporting/runs.py '_USER_KINDS = (("algorithm", ALGORITHMS), (
   '_USER_KINDS = (("algorithm", ALGORITHMS),)' \
   "trust47-report: runs of a model or data set registered elsewhere skipped as unreadable" "$TR -k another_process"
 
+# issue 47 items 1, 2, 8, 9: what a notebook registers is what its runs use (labels "trust47-registry"), tests/test_trust47_registry.py
+R47=tests/test_trust47_registry.py
+mutate fedalf_jax/problem/models.py "        if _shared_init(self):" "        if True:" \
+  "trust47-registry: a user's model's compiled init cached across runs (item 1)" "$R47 -k registered_models_init"
+mutate fedalf_jax/experiment/registry.py "    if name in builtin:  # a config naming it runs the built-in" "    if False:  #" \
+  "trust47-registry: a built-in name registered and then ignored (item 2)" "$R47 -k builtin_name"
+mutate fedalf_jax/experiment/config.py "        _user_algorithm.cache_clear()" "        pass" \
+  "trust47-registry: a user's algorithm's declaration cached per process (item 8)" "$R47 -k changed_"
+mutate fedalf_jax/experiment/build.py "        if k not in cfg.hp and float(v) != cfg.resolved_hp[k]:" "        if False:" \
+  "trust47-registry: a round built from another default than the config's (item 8)" "$R47 -k another_default"
+mutate fedalf_jax/experiment/registry.py "a.flags.writeable = False  # our own copies" "a.flags.writeable = True  # our own copies" \
+  "trust47-registry: register_dataset's arrays writeable (item 9)" "$R47 -k read_only_copies"
+mutate fedalf_jax/experiment/registry.py '        if kind == "dataset":' '        if kind == "dataset" and not isinstance(obj, ArrayData):' \
+  "trust47-registry: a module:attribute ArrayData kept as given (item 9)" "$R47 -k module_attribute_arraydata"
+
 exit $status
