@@ -73,24 +73,26 @@ def test_a_program_doing_sgd_is_fedavg_bit_for_bit(client_map):
 def _facts_final(w, ctx):
     f = ctx.facts
     return _map(jnp.zeros_like, ctx.theta), {"counts": f.label_counts, "index": f.index, "n": f.n, "steps": f.steps,
-                                             "t": ctx.t, "lr": ctx.lr, "seen": ctx.state["seen"] + 1}
+                                             "t": ctx.t, "lr": ctx.lr, "seen": ctx.state["seen"] + 1, "k": w["k"]}
 
 
 def _facts_state(params):
     z = jnp.zeros((), jnp.int32)
     return {"counts": jnp.zeros((3,), jnp.int32), "index": z - 1, "n": z, "steps": z, "t": z,
-            "lr": jnp.zeros((), jnp.float32), "seen": z}
+            "lr": jnp.zeros((), jnp.float32), "seen": z, "k": z}
 
 
 @pytest.mark.parametrize("client_map", MAPS)
 def test_the_context_says_who_the_client_is(tmp_path, client_map):
     """After two rounds of 2 clients out of 3, each sampled client's state holds what its ctx said the last time
-    it was sampled: its label counts (padding not counted), its index, n, its steps (2 epochs of one batch),
-    the round and that round's learning rate η_l·decay^t."""
+    it was sampled: its label counts (padding not counted), its index, n, its steps (2 epochs of ⌈n/2⌉ batches
+    of 2), the round and that round's learning rate η_l·decay^t; and the carry counted as many steps: the
+    compiled steps past its examples (rows padded to 5: 3 steps an epoch) kept the carry as it was."""
     fj.register_algorithm("facts_prog", lambda: fj.Algorithm(
         "facts_prog", server=fj.algorithms.weighted_mean_server, init_client_state=_facts_state,
-        client=fj.ClientProgram(lambda ctx: ctx.theta, None, _facts_final)))
-    res = fj.run(_cfg("facts_prog", clients_per_round=2, lr_decay=0.5, client_map=client_map),
+        client=fj.ClientProgram(lambda ctx: {"k": jnp.zeros((), jnp.int32)}, lambda c, b, ctx: {"k": c["k"] + 1},
+                                _facts_final)))
+    res = fj.run(_cfg("facts_prog", clients_per_round=2, lr_decay=0.5, batch_size=2, client_map=client_map),
                  out=str(tmp_path / "f"), progress=False)
     st = jax_tree(res.client_states)
     want_counts = [np.bincount(Y[r], minlength=3) for r in _lists()]
@@ -98,7 +100,8 @@ def test_the_context_says_who_the_client_is(tmp_path, client_map):
     for i in range(3):
         if st["seen"][i] == 0:
             continue
-        assert st["index"][i] == i and st["n"][i] == COUNTS[i] and st["steps"][i] == 2
+        assert st["index"][i] == i and st["n"][i] == COUNTS[i] and st["steps"][i] == 2 * -(-COUNTS[i] // 2)
+        assert st["k"][i] == st["steps"][i]
         np.testing.assert_array_equal(st["counts"][i], want_counts[i])
         t = st["t"][i]
         assert st["lr"][i] == pytest.approx(0.3 * 0.5 ** t, rel=1e-6)

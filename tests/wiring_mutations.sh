@@ -740,4 +740,35 @@ mutate fedalf_jax/experiment/registry.py "a.flags.writeable = False  # our own c
 mutate fedalf_jax/experiment/registry.py '        if kind == "dataset":' '        if kind == "dataset" and not isinstance(obj, ArrayData):' \
   "trust47-registry: a module:attribute ArrayData kept as given (item 9)" "$R47 -k module_attribute_arraydata"
 
+# issue 48 item 1 (the client program) and item 8 (FedLC, pFedMe, FedProto) (labels start with "client48")
+CP=tests/test_client_program.py
+mutate fedalf_jax/sim/program.py "return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None" \
+  "return carry, None" "client48: the carry step returns is not threaded to the next step" "$CP -k bit_for_bit"
+mutate fedalf_jax/sim/program.py "lambda a, c: jnp.where(live, c, a)" "lambda a, c: c" \
+  "client48: a compiled step past the client's examples changes the carry" "$CP -k context"
+mutate fedalf_jax/sim/program.py ".at[y_pool[idx]].add(real)" ".at[y_pool[idx]].add(1)" \
+  "client48: label counts count the padded rows" "$CP -k context"
+mutate fedalf_jax/sim/round.py "        per_client = per_client + (sel,)" "        per_client = per_client + (jnp.arange(m),)" \
+  "client48: a client's index is its position in the round, not its id" "$CP -k context"
+mutate fedalf_jax/sim/program.py "    lr_t = hp.lr * hp.lr_decay ** t" "    lr_t = hp.lr" \
+  "client48: ctx.lr ignores --lr-decay" "$CP -k fedlc"
+mutate fedalf_jax/sim/program.py "(acc, ClientBatch(self._x[r], self._y[r], m, s))" \
+  "(acc, ClientBatch(self._x[r], self._y[r], m | True, s))" \
+  "client48: the data pass marks padded rows as real" "$CP -k data_pass"
+mutate fedalf_jax/sim/contract.py '    if spec.ldp != "none" or spec.dp != "none":' "    if False:" \
+  "client48: a client program runs un-noised under --ldp/--dp" "$CP -k privacy"
+mutate fedalf_jax/sim/program.py "            C.check_carry(alg, new, carry)" "            pass" \
+  "client48: step's carry unchecked (a JAX traceback)" "$CP -k mistake"
+mutate fedalf_jax/sim/contract.py $'    check_arrays(fn, "Δ_i", delta)\n    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' \
+  '    check_arrays(fn, "Δ_i", delta)' "client48: final's Δ_i unchecked (a JAX traceback)" "$CP -k mistake"
+mutate fedalf_jax/sim/algorithms.py "    if given:" "    if False:" \
+  "client48: client= beside upload/penalty silently drops them" "$CP -k beside"
+mutate examples/pfedme.py 'w, v = carry["w"], carry["personal"]' 'w, v = carry["w"], carry["w"]' \
+  "client48: pFedMe's θ̃ restarts from w every step" "$CP -k pfedme"
+mutate examples/fedproto.py "return sums + onehot.T @ h" "return sums + onehot.T @ (h * 0 + 1)" \
+  "client48: FedProto's prototypes not from the data pass's features" "$CP -k fedproto"
+mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    return spec' "    return spec" \
+  "client48: the privacy refusal only once the round is traced (after the run directory is written)" "$CP -k privacy"
+# end client48
+
 exit $status
