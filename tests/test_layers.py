@@ -7,7 +7,7 @@ package import name`` goes to ``package.name`` where that is a module of the pac
 A package's own ``__init__`` is left out of the drawing (it re-exports its modules; it is what ``import
 fedalf_jax`` loads, not a floor).
 
-Asserted: no import circles between modules, and no module of the floors ``sim/`` and ``problem/`` (the
+Asserted: no import circles between modules (nor with the ``TYPE_CHECKING`` imports counted), and no module of the floors ``sim/`` and ``problem/`` (the
 simulation core and the problems it simulates) importing the floors above them (``experiment/``,
 ``reporting/``, ``bench/``, ``api``, ``cli``). ``python tests/test_layers.py [ROOT]`` prints the circles and
 back-arrows of the package under ROOT (default: this checkout).
@@ -60,15 +60,17 @@ def _runtime_nodes_of(node: ast.AST):
     yield from _runtime_nodes(node)
 
 
-def edges(root: Path) -> dict[str, set[str]]:
-    """Module → the package's modules it imports (at module level or inside a function)."""
+def edges(root: Path, annotations: bool = False) -> dict[str, set[str]]:
+    """Module → the package's modules it imports (at module level or inside a function; ``annotations``:
+    under ``if TYPE_CHECKING:`` too)."""
     known = modules(root)
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
         is_package = path.name == "__init__.py"
         package = name if is_package else name.rpartition(".")[0]
         targets: set[str] = set()
-        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in (ast.walk(tree) if annotations else _runtime_nodes(tree)):
             if isinstance(node, ast.Import):
                 targets.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -85,11 +87,12 @@ def edges(root: Path) -> dict[str, set[str]]:
     return graph
 
 
-def drawing(root: Path) -> dict[str, set[str]]:
-    """The graph between modules, without the packages' ``__init__`` re-exports (see the module docstring)."""
+def drawing(root: Path, annotations: bool = False) -> dict[str, set[str]]:
+    """The graph between modules, without the packages' ``__init__`` re-exports (see the module docstring);
+    ``annotations``: with the imports under ``if TYPE_CHECKING:`` (what an import-graph tool draws)."""
     known = modules(root)
     inits = {n for n, p in known.items() if p.name == "__init__.py"}
-    return {m: {t for t in ts if t not in inits} for m, ts in edges(root).items() if m not in inits}
+    return {m: {t for t in ts if t not in inits} for m, ts in edges(root, annotations).items() if m not in inits}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -159,6 +162,30 @@ def test_no_import_circles():
     assert not found, "import circles: " + "; ".join(" <-> ".join(g) for g in found)
 
 
+def test_the_annotation_drawing_sees_a_type_checking_import(tmp_path):
+    """A pair importing each other, one side only under ``if TYPE_CHECKING:``, the other inside a function:
+    a circle in the drawing with annotations, none in the runtime one."""
+    pkg = tmp_path / PACKAGE
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from .b import g\n    return g\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n"
+                              "def g(x: 'f'):\n    return x\n")
+    assert circles(drawing(tmp_path, annotations=True)) == [[f"{PACKAGE}.a", f"{PACKAGE}.b"]]
+    assert circles(drawing(tmp_path)) == []
+
+
+def test_no_two_modules_import_each_other_even_for_annotations():
+    """An import under ``if TYPE_CHECKING:`` is never run, but it is still an arrow of the package's drawing
+    (any import-graph tool draws it): no two modules import each other that way either, nor any longer
+    circle (issue 49 item 5: experiment.config <-> experiment.guarantee was the last)."""
+    graph = drawing(ROOT, annotations=True)
+    pairs = sorted((a, b) for a, ts in graph.items() for b in ts if a < b and a in graph.get(b, ()))
+    assert not pairs, "modules importing each other: " + "; ".join(f"{a} <-> {b}" for a, b in pairs)
+    found = circles(graph)
+    assert not found, "import circles (annotations counted): " + "; ".join(" <-> ".join(g) for g in found)
+
+
 def test_no_floor_imports_the_one_above():
     found = back_arrows(drawing(ROOT))
     assert not found, "back-arrows: " + "; ".join(f"{a} -> {b}" for a, b in found)
@@ -170,5 +197,8 @@ if __name__ == "__main__":
     print(f"{len(graph)} modules, {sum(map(len, graph.values()))} import edges ({root})")
     for group in circles(graph):
         print("circle:", " <-> ".join(m.removeprefix(PACKAGE + ".") for m in group))
+    for group in circles(drawing(root, annotations=True)):
+        if group not in circles(graph):
+            print("circle (with TYPE_CHECKING imports):", " <-> ".join(m.removeprefix(PACKAGE + ".") for m in group))
     for a, b in back_arrows(graph):
         print("back-arrow:", a.removeprefix(PACKAGE + "."), "->", b.removeprefix(PACKAGE + "."))

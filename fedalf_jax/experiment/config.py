@@ -22,6 +22,7 @@ from ..errors import ConfigError  # raised here and by every floor; fj.ConfigErr
 from ..sim.algorithms import DUAL_FROM, FAIR_NORMS, LOCAL_OPTIMIZERS, SERVER_TARGETS
 from ..sim.privacy import NEIGHBOURING
 from . import registry
+from .guarantee import _check_accountable, privacy_record, validate_privacy  # it reads no name of this module
 # the options' values (re-exported: `from fedalf_jax.experiment.config import ALGORITHMS` keeps working)
 from .options import (_ADMM, ALGORITHMS, ASSIGNS, CLIENT_GRADS, CLIENT_MAPS, CONTINUOUS, DATASETS, DPS, LAYERS, LDP_ON,
                       LDPS, LOGS, MATMUL_PRECISIONS, MODELS, PARTITIONS, QP_METHODS, STATE_DTYPES, _user_algorithm)
@@ -309,7 +310,6 @@ class Config:
         mechanism): the mechanism's parameters, ``guarantee`` (``"holds"`` or ``"does not hold"``) and
         ``why`` (:func:`privacy_guarantee`), and ``not_covered``: what else leaves the client un-noised,
         outside the guarantee (:func:`privacy_not_covered`)."""
-        from .guarantee import privacy_record  # it reads config's names: imported here
         return privacy_record(self)
 
     @property
@@ -324,7 +324,6 @@ class Config:
 
     def check_privacy(self) -> None:
         """The privacy options' consistency (docs/privacy.md); ``ValueError`` with a one-line message."""
-        from .guarantee import validate_privacy  # it reads config's names: imported here
         validate_privacy(ldp=self.ldp, dp=self.dp, epsilon=self.epsilon, delta=self.delta, clip=self.clip,
                          algorithm=self.algorithm, client_grad=self.client_grad)
 
@@ -387,7 +386,6 @@ class Config:
                               f"lower --clients-per-round or raise --clients")
         for name in ("lr", "alpha", "epsilon", "clip"):
             _pos_float(name, getattr(self, name))
-        from .guarantee import _check_accountable  # it reads config's names: imported here
         _check_accountable(self)
         if self.rho is not None:
             _pos_float("rho", self.rho)

@@ -12,7 +12,7 @@ methods that call it.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -22,8 +22,34 @@ from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, gaussian_epsilon
 from . import registry
 from .options import _ADMM, ALGORITHMS, CLIENT_GRADS, DPS, MODELS, _user_algorithm
 
-if TYPE_CHECKING:  # annotations only: Config imports this module inside the methods that call it
-    from .config import Config
+
+
+class PrivacyOptions(Protocol):
+    """What this module reads of a run's options: a :class:`~.config.Config` is one. Named here, not
+    imported from :mod:`.config` (which imports this module), so that no two modules import each other."""
+
+    algorithm: str
+    model: str
+    ldp: str
+    dp: str
+    epsilon: float
+    delta: float
+    clip: float
+    neighbouring: str
+    rounds: int
+    clients: int
+    clients_per_round: int
+    client_grad: str
+
+    @property
+    def resolved_ldp_on(self) -> str: ...
+
+    @property
+    def resolved_dual_from(self) -> str: ...
+
+    @property
+    def resolved_server_target(self) -> str: ...
+
 
 # The server step's L2 sensitivity to replacing one client's clipped upload (norm ≤ clip) by another, in
 # units of η_g·clip, under dp="central" (accounted as sampling without replacement, whose relation is
@@ -35,7 +61,7 @@ _SENDS_LOSS = ("qfedavg", "fedlf", "fedalf")  # Algorithm.needs_loss: l_i = f_i(
 _WEIGHTED_BY_N = ("fedavg", "fedprox")  # weighted_mean_server: p_i = n_i / Σ n_j
 
 
-def privacy_record(cfg: "Config") -> dict:
+def privacy_record(cfg: PrivacyOptions) -> dict:
     """:attr:`Config.privacy`: the mechanism's parameters, ``guarantee`` and ``why``
     (:func:`privacy_guarantee`) and ``not_covered`` (:func:`privacy_not_covered`); empty without a
     mechanism."""
@@ -58,7 +84,7 @@ def privacy_record(cfg: "Config") -> dict:
     return out
 
 
-def _check_accountable(cfg: "Config") -> None:
+def _check_accountable(cfg: PrivacyOptions) -> None:
     """The privacy accountant's input ranges (accounting.EPSILON_MAX, EPSILON_MIN_CENTRAL, Q_MIN): beyond
     them dp-accounting hangs or fails deep inside; one line naming the input and its range instead. Only
     central DP needs the accountant to run (it calibrates the noise); a local Gaussian run outside the range
@@ -80,7 +106,7 @@ def _check_accountable(cfg: "Config") -> None:
         raise ConfigError(f"dp central: {e}") from None
 
 
-def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
+def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
     """Whether the formal guarantee of ``cfg``'s privacy mechanism covers what its clients upload, and
     why (one sentence). Pure: reads only the options.
 
@@ -184,7 +210,7 @@ def privacy_guarantee(cfg: "Config") -> tuple[bool, str]:
                   f"({what}); nothing composes it over rounds")
 
 
-def check_applied(cfg: "Config", spec) -> None:
+def check_applied(cfg: PrivacyOptions, spec) -> None:
     """The round built for ``cfg`` (``spec``: the algorithm built for the model, and the model) applies the
     mechanism as ``cfg.privacy`` records it: one line otherwise, before anything is written
     (``build.make_spec`` calls it). Refused: an algorithm without local training (its client uploads
@@ -220,7 +246,7 @@ def _no_local_train(name: str, option: str = "", value: str = "") -> str:
             f"model as w_tilde) or run it with {option or 'ldp'}='none'")
 
 
-def privacy_not_covered(cfg: "Config") -> list[str]:
+def privacy_not_covered(cfg: PrivacyOptions) -> list[str]:
     """What a private run's client reveals un-noised beside the mechanism's output, outside the guarantee
     of :func:`privacy_guarantee` (docs/privacy.md). Empty without a mechanism."""
     mech = cfg.dp if cfg.dp != "none" else cfg.ldp
