@@ -205,7 +205,7 @@ def test_old_signatures_and_builtins_keep_their_columns(tmp_path):
 def test_privacy_record_says_a_non_public_aux_is_not_covered():
     fj.register_algorithm("nova_priv", fednova)
     p = fj.Config(algorithm="nova_priv", ldp="adaptive").privacy
-    assert p["guarantee"] == "holds"
+    assert p["guarantee"] == "does not hold"  # τ_i leaves each client un-noised (issue 47 item 10)
     assert "the auxiliary upload ServerIn.aux (the algorithm declares public_aux=False)" in p["not_covered"]
     fj.register_algorithm("scaffold_priv", scaffold)
     p = fj.Config(algorithm="scaffold_priv", ldp="adaptive").privacy

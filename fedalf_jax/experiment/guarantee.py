@@ -59,6 +59,7 @@ class PrivacyOptions(Protocol):
 CENTRAL_SENSITIVITY = {"fedavg": "2/m", "fedprox": "2/m", "fedadmm": "2/m", "fedlf": "2", "fedalf": "2"}
 _SENDS_LOSS = ("qfedavg", "fedlf", "fedalf")  # Algorithm.needs_loss: l_i = f_i(θ_t) is uploaded
 _WEIGHTED_BY_N = ("fedavg", "fedprox")  # weighted_mean_server: p_i = n_i / Σ n_j
+_AUX_NOT_COVERED = "the auxiliary upload ServerIn.aux"  # privacy_not_covered's entry (recorded_guarantee reads it)
 
 
 def privacy_record(cfg: PrivacyOptions) -> dict:
@@ -119,7 +120,8 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
     client) or ``dual_from="perturbed"`` (the dual follows ``w̃``). The values that leave the client
     beside it (centre and radius, loss, ``n_i``) are outside it, by its statement
     (:func:`privacy_not_covered`). It does not hold when the upload adds un-noised data: FedADMM/FedALF
-    with ``dual_from="local"`` and the ``increment`` or ``augmented`` upload; FedLF with
+    with ``dual_from="local"`` and the ``increment`` or ``augmented`` upload; a user's algorithm sending an
+    un-noised per-client upload beside it (``public_aux=False``: :func:`uploads_not_covered`); FedLF with
     ``client_grad="full"``, a user's algorithm with ``local_train=False`` and ``cnn_bn`` (all refused by
     validation; :func:`check_applied` refuses the cases only the built round shows); nor for ``adaptive`` at
     ε ≥ 16.6, which in float32 releases every weight exactly, or ``ldp_fl`` there (an output of probability 0). No privacy mechanism: ``(False, ...)``.
@@ -152,6 +154,12 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
             return False, (f"algorithm {cfg.algorithm!r} does not declare private_upload=True (that its upload is "
                            f"a function of the mechanism's output w̃_i and public values only), so nothing says "
                            f"the mechanism's guarantee covers what it uploads")
+        beside = uploads_not_covered(user)
+        if beside:  # an un-noised per-client upload beside Δ_i: the headline cannot be "holds"
+            return False, (f"algorithm {cfg.algorithm!r} sends {' and '.join(beside)} beside the model upload, "
+                           f"un-noised: the mechanism perturbs only the model, so its guarantee does not cover "
+                           f"what each client uploads (declare public_aux=True only if aux is a function of "
+                           f"w̃_i and public values)")
     target = cfg.resolved_server_target
     dual_from = cfg.resolved_dual_from
     if cfg.algorithm in _ADMM and dual_from == "local" and target == "increment":
@@ -210,6 +218,29 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
                   f"({what}); nothing composes it over rounds")
 
 
+def uploads_not_covered(alg) -> list[str]:
+    """The per-client uploads beside Δ_i that ``alg`` (a user's :class:`~fedalf_jax.Algorithm`) declares
+    outside the mechanism: today its auxiliary upload with ``public_aux=False`` (any pytree: the raw
+    model, FedNova's τ_i). Unlike the scalar facts of :func:`privacy_not_covered` (``|δ|``, ``c, r``,
+    ``l_i``, ``n_i``, conditions of the mechanism's statement), each of these voids the headline: a
+    per-client upload a later contract adds (prototypes, statistics) belongs here too."""
+    return ["its auxiliary upload ServerIn.aux (public_aux=False)"] if alg.public_aux is False else []
+
+
+def recorded_guarantee(rec: dict) -> dict:
+    """``{"guarantee", "why"}`` of a recorded privacy record (``summary.json``'s or ``config.json``'s
+    ``privacy``): as recorded, but a ``"holds"`` written before an un-noised auxiliary upload voided the
+    headline (its ``not_covered`` names the upload) reads ``"does not hold"``."""
+    why = str(rec.get("why", ""))
+    listed = rec.get("not_covered") if isinstance(rec.get("not_covered"), list) else []
+    if rec.get("guarantee") == "holds" and any(str(x).startswith(_AUX_NOT_COVERED) for x in listed):
+        return {"guarantee": "does not hold",
+                "why": ("the auxiliary upload ServerIn.aux leaves each client un-noised beside the model upload "
+                        "(public_aux=False), outside the mechanism (recorded before this voided the headline: "
+                        f"{why})")}
+    return {"guarantee": rec.get("guarantee"), "why": why}
+
+
 def check_applied(cfg: PrivacyOptions, spec) -> None:
     """The round built for ``cfg`` (``spec``: the algorithm built for the model, and the model) applies the
     mechanism as ``cfg.privacy`` records it: one line otherwise, before anything is written
@@ -266,7 +297,7 @@ def privacy_not_covered(cfg: PrivacyOptions) -> list[str]:
             out.append("the loss l_i = f_i(θ_t)" + ("" if alg is not None else ", if its server uses it"))
         out.append("the sample count n_i, if its server uses ServerIn.weights or ServerIn.n")
         if alg is not None and alg.public_aux is False:
-            out.append("the auxiliary upload ServerIn.aux (the algorithm declares public_aux=False)")
+            out.append(f"{_AUX_NOT_COVERED} (the algorithm declares public_aux=False)")
         return out
     if cfg.algorithm in _SENDS_LOSS:
         out.append("the loss l_i = f_i(θ_t)")

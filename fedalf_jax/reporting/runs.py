@@ -14,7 +14,7 @@ import numpy as np
 
 from ..experiment import registry
 from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
-from ..experiment.guarantee import privacy_guarantee
+from ..experiment.guarantee import privacy_guarantee, recorded_guarantee
 from ..experiment.identity import USED_BY, flat_options, partition_ignores
 from ..experiment.rundir import METRICS, PERSONAL_KEYS, RunDir, columns_of_file, metric_columns
 from ..experiment.writers import DamagedFile, read_csv_rows
@@ -324,7 +324,7 @@ def run_guarantee(rd: RunDir) -> Optional[dict]:
     summary = rd.summary()
     for rec in ((summary if isinstance(summary, dict) else {}).get("privacy"), raw.get("privacy")):
         if isinstance(rec, dict) and rec.get("guarantee") in ("holds", "does not hold"):
-            return {"guarantee": rec["guarantee"], "why": str(rec.get("why", ""))}
+            return recorded_guarantee(rec)  # a "holds" beside an un-noised aux recorded before 47.10 reads "does not hold"
     unresolved = unresolved_names(raw)
     if unresolved and raw.get("ldp", "none") == "none" and raw.get("dp", "none") == "none":
         return None
