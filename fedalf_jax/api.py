@@ -39,7 +39,9 @@ class Result:
     ``angle_deg``, ... and ``acc_i`` per client), ``status`` (``done``, ``diverged``, ``interrupted``,
     ``running``), ``run_dir`` (``None`` for a run without ``out``), ``summary`` (``summary.json``) and
     ``model``: the final global model's variables ``{'params': ...}`` (read from the checkpoint on first
-    use when the result was loaded); ``client_states`` and ``server_state`` from the checkpoint."""
+    use when the result was loaded); ``client_states`` and ``server_state`` from the checkpoint. A checkpoint
+    older than the run's last round (a run killed between two checkpoints, a diverged run) is refused in one
+    line, never handed back as the final model."""
 
     config: Config
     metrics: Any
@@ -77,7 +79,9 @@ class Result:
         from .experiment.rundir import RunDir
         from .sim.round import init_state
         like = init_state(make_spec(self.config, load_pool(self.config)), self.config.seed)
-        return RunDir(self.run_dir).load_checkpoint(like)
+        state = RunDir(self.run_dir).load_checkpoint(like)
+        _check_checkpoint_round(self, int(state.round))
+        return state
 
     @property
     def final(self) -> dict:
@@ -92,6 +96,24 @@ class Result:
         f = self.final
         got = (f", final mean_acc={f['mean_acc']:.4f}, angle={f['angle_deg']:.2f}°" if f else "")
         return f"Result({self.config.algorithm}, {self.status}, {len(self.metrics)} evaluations{got}{where})"
+
+
+def _check_checkpoint_round(res: Result, checkpointed: int) -> None:
+    """Refuse (one line) the checkpoint of round ``checkpointed`` as ``res``'s model and states when the run went
+    on past it: its last round (``summary.json``'s, or metrics.csv's last row) is later, so the checkpoint holds
+    another round's model, not the run's final one (issue 47 item 6: a run continued with
+    ``checkpoint_every="never"`` before that was refused, or killed between two checkpoints)."""
+    rounds = [int(res.metrics["round"].max())] if len(res.metrics) and "round" in res.metrics else []
+    if isinstance((res.summary or {}).get("round"), int):
+        rounds.append(res.summary["round"])
+    last = max(rounds, default=None)
+    if last is None or checkpointed >= last:
+        return
+    fix = {"done": "run it again keeping checkpoints (overwrite=True, checkpoint_every not never) for its final model",
+           "diverged": "a diverged run's final model is not finite and is not kept"}.get(
+        res.status, f"continue it with resume=True (fedalf run --resume) to reach round {last} again and keep it")
+    raise ConfigError(f"{res.run_dir}: its newest checkpoint is of round {checkpointed}, older than the run's last "
+                      f"round {last} ({res.status}), so it does not hold the run's final model or states: {fix}")
 
 
 
@@ -127,7 +149,7 @@ def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool 
 
 def load(run_dir: str | Path) -> Result:
     """A run directory read back: its config, metrics, status and summary; its final model on first use
-    of ``.model`` (from the last usable checkpoint)."""
+    of ``.model`` (from the last usable checkpoint, which must be of the run's last round)."""
     from .experiment.loop import rows_of
     from .experiment.rundir import RunDir
     rd = RunDir(run_dir)

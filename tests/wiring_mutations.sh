@@ -591,8 +591,8 @@ mutate fedalf_jax/experiment/loop.py $'        if self.kind == "never":  # a thr
   $'        if False:\n            return False' "never36: a throw-away run writes its final checkpoint" "$TW -k keeps_none_writes"
 mutate fedalf_jax/experiment/loop.py "and slot.checkpointed != slot.cfg.rounds and slot.cfg.keeps_checkpoints):" \
   "and slot.checkpointed != slot.cfg.rounds):" "never36: a throw-away run never writes its summary" "$TW -k keeps_none_writes"
-mutate fedalf_jax/experiment/loop.py "elif resume and (ended := _ended_without_checkpoint(cfg, rd)) is not None:" \
-  "elif False:" "never36: a resume of an ended throw-away run runs it again" "$TW -k run_that_keeps_none"
+mutate fedalf_jax/experiment/loop.py "if resume and (ended := _ended(cfg, rd)) is not None:" \
+  "if False:" "never36: a resume of an ended throw-away run runs it again" "$TW -k run_that_keeps_none"
 mutate fedalf_jax/cli.py "        elif not e.checkpoints:" "        elif False:" \
   "never36: a signal's line promises a checkpoint it has not" "$TW -k signal_to_a_run"
 mutate fedalf_jax/experiment/loop.py '            INTERRUPT.checkpoints = keeps  # what the signal' \
@@ -770,5 +770,20 @@ mutate examples/fedproto.py "return sums + onehot.T @ h" "return sums + onehot.T
 mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    return spec' "    return spec" \
   "client48: the privacy refusal only once the round is traced (after the run directory is written)" "$CP -k privacy"
 # end client48
+
+# issue 47 items 6 and 16: an older checkpoint is never a run's model, never with a resume; an ended run is never
+# re-opened; the bar's last rate and the final checkpoint's stage (labels "trust47-ckpt"), tests/test_trust47_checkpoints.py
+T47C=tests/test_trust47_checkpoints.py
+mutate fedalf_jax/api.py "        _check_checkpoint_round(self, int(state.round))" "        pass" \
+  "trust47-ckpt: .model of a checkpoint older than the run's last round" "$T47C -k older_than_the_last_round"
+mutate fedalf_jax/experiment/loop.py "if found is not None and start < cfg.rounds and not cfg.keeps_checkpoints:" \
+  "if False:" "trust47-ckpt: a resume with never leaves the older checkpoint behind" "$T47C -k never_on_the_resume"
+mutate fedalf_jax/experiment/loop.py "if resume and (ended := _ended(cfg, rd)) is not None:  # its checkpoint" \
+  "if resume and found is None and (ended := _ended(cfg, rd)) is not None:  # its checkpoint" \
+  "trust47-ckpt: a plain --resume re-opens an ended run whose checkpoint is older" "$T47C -k plain_resume"
+mutate fedalf_jax/experiment/progress.py 'if d.get("rate") is None and a is not None' 'if False and a is not None' \
+  "trust47-ckpt: the last line's rate divides the command's time" "$T47C -k last_line_rate"
+mutate fedalf_jax/experiment/loop.py '"writing the checkpoint" if ckpt.busy() else None)' 'None)' \
+  "trust47-ckpt: the final checkpoint write has no stage" "$T47C -k final_checkpoint_write"
 
 exit $status

@@ -326,6 +326,10 @@ class Checkpointer:
         if self._err is not None:
             raise self._err
 
+    def busy(self) -> bool:
+        """Whether a checkpoint is being written or waits to be."""
+        return self._q.unfinished_tasks > 0
+
     def wait(self) -> None:
         self._q.join()
         self.check()
@@ -520,7 +524,9 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 pending, t0 = [], time.perf_counter()
             if variables0 is not None and not (INTERRUPT.requested and t < cfg.rounds):  # no round ran: zero rounds
                 state, variables0 = row0(state, variables0), None  # (a signal before the first: nothing to evaluate)
-            with stage(progress, "saving the checkpoint") if INTERRUPT.requested else contextlib.nullcontext():
+            saving = ("saving the checkpoint" if INTERRUPT.requested else  # the final one said too (issue 47 item 16)
+                      "writing the checkpoint" if ckpt.busy() else None)
+            with stage(progress, saving) if saving else contextlib.nullcontext():
                 ckpt.wait()
             for i, slot in enumerate(slots):
                 if slot is not None:
@@ -763,13 +769,24 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
                     start = int(state.round)
                     if start > cfg.rounds:
                         raise ConfigError(f"the checkpoint is at round {start}, past --rounds {cfg.rounds}")
-                    if start == cfg.rounds and rd.status() == "done":
-                        return Slot(cfg, rd, rows=rows_of(rd), status="done")  # nothing left to run
                     if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
                         return _rebuild_summary(cfg, rd, state, writer)
-                elif resume and (ended := _ended_without_checkpoint(cfg, rd)) is not None:
-                    return ended  # a run that kept no checkpoint (checkpoint_every=never) and ended: nothing to run
-                elif resume and writer:
+                if resume and (ended := _ended(cfg, rd)) is not None:  # its checkpoint, if any, may be older
+                    if writer:  # (issue 47 item 6: a plain --resume never re-opens an ended run)
+                        at = ended.rows[-1]["round"] if ended.rows else cfg.rounds
+                        more = " (--rounds N continues it)" if ended.status == "done" else ""
+                        bar.write(f"fedalf: the run in {rd.path} has already ended ({ended.status} at round {at}): "
+                                  f"nothing to run, nothing rewritten{more}")
+                    if ended.status == "diverged":
+                        raise FloatingPointError(ended.message or f"the run in {rd.path} diverged")
+                    return ended
+                if found is not None and start < cfg.rounds and not cfg.keeps_checkpoints:
+                    raise ConfigError(f"the run in {rd.path} keeps checkpoints (its newest of round {start}), and "
+                                      f"checkpoint_every=never on its resume would leave that one as its model, "
+                                      f"older than its last round {cfg.rounds}: continue it with --checkpoint-every "
+                                      f"N (rounds) or Ns (seconds), or start a throw-away run with --overwrite or "
+                                      f"another --out")
+                if found is None and resume and writer:
                     why = ("it keeps none: checkpoint_every=never" if not cfg.keeps_checkpoints else
                            "no checkpoint yet")
                     bar.write(f"fedalf: nothing to resume in {rd.path} ({why}): starting from round 0")
@@ -801,9 +818,10 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
     return slot
 
 
-def _ended_without_checkpoint(cfg: Config, rd: RunDir) -> Optional[Slot]:
-    """The ended run of ``rd`` (done or diverged, its summary.json of ``cfg.rounds`` rounds) when it has no
-    checkpoint to resume from (``checkpoint_every=never``); ``None`` otherwise."""
+def _ended(cfg: Config, rd: RunDir) -> Optional[Slot]:
+    """The ended run of ``rd`` (done or diverged, its summary.json of ``cfg.rounds`` rounds), whatever
+    checkpoint it has (none: ``checkpoint_every=never``; or one older than its end, written before a
+    resume with ``never``): nothing to run; ``None`` otherwise."""
     s = rd.summary()
     if s is None or s.get("rounds") != cfg.rounds or s.get("status") not in ("done", "diverged"):
         return None

@@ -6,17 +6,40 @@ bar's description names it with its own clock (``fedalf run (compiling) 12s``), 
 redraws the bar so that both clocks keep moving. The compiled programs call nothing back (no
 ``jax.debug.callback``): JAX never writes a program with a host callback to the persistent compilation
 cache (:mod:`.cache`); the loop calls one program per round instead. The rate and ETA count from the
-first round (:meth:`Progress.start_rounds`), not from the start of loading and compiling.
+first round (:meth:`Progress.start_rounds`), not from the start of loading and compiling, and so does the
+rate of the bar's last line (the rounds over their own time, not the command's: :func:`_bar_class`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import time
 import warnings
 from typing import Optional
+
+
+@functools.lru_cache(maxsize=None)  # one class: tqdm keeps its bars' positions and lock per class
+def _bar_class():
+    """``tqdm.auto.tqdm`` whose rate, where tqdm has no smoothed one (its last line, drawn at close, which tqdm
+    makes the whole command's rounds over its whole time), counts from the first round to the last round
+    counted (:meth:`Progress.start_rounds`, :meth:`Progress.end_call`): not the loading, the compile, nor the
+    final checkpoint's write (issue 47 item 16). Its elapsed clock stays the command's."""
+    from tqdm.auto import tqdm
+
+    class Bar(tqdm):
+        rounds_from = rounds_to = None  # (time, rounds counted) at the first round's start, at the last's end
+
+        @property
+        def format_dict(self):
+            d = super().format_dict
+            a, b = self.rounds_from, self.rounds_to
+            if d.get("rate") is None and a is not None and b is not None and b[0] > a[0] and b[1] > a[1]:
+                d["rate"] = (b[1] - a[1]) / (b[0] - a[0])
+            return d
+    return Bar
 
 
 def _clock(sec: float) -> str:
@@ -39,8 +62,8 @@ class Progress:
         self._desc = desc
         self._bar = None
         if enabled:
-            from tqdm.auto import tqdm
-            self._bar = tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True, desc=desc, delay=delay)
+            self._bar = _bar_class()(total=total, initial=initial, unit="round", dynamic_ncols=True, desc=desc,
+                                     delay=delay)
         if refresh_s is None:
             out = getattr(self._bar, "fp", None) or sys.stderr
             refresh_s = 0.5 if getattr(out, "isatty", lambda: False)() else 10.0
@@ -144,6 +167,8 @@ class Progress:
         with self._lock:
             self._bar.last_print_t = self._bar._time()
             self._bar.last_print_n = self._bar.n
+            if self._bar.rounds_from is None:  # (a sweep's later calls: still from its first round)
+                self._bar.rounds_from = (self._bar.last_print_t, self._bar.n)
 
     def begin_call(self, live: int, first: int, last: int) -> None:
         """A program call of rounds ``first``..``last`` for each of its ``live`` runs begins."""
@@ -157,6 +182,8 @@ class Progress:
             self._base += rounds_done * self._live
             if self._bar is not None and self._base != self._bar.n:
                 self._bar.update(self._base - self._bar.n)
+            if self._bar is not None and self._bar.rounds_from is not None:
+                self._bar.rounds_to = (self._bar._time(), self._bar.n)
 
     @staticmethod
     def _rounds(first: int, last: int) -> str:
