@@ -80,3 +80,74 @@ def test_summary_and_report_say_does_not_hold(tmp_path):
         (out / name).write_text(json.dumps(d))
     g = run_guarantee(RunDir(out))
     assert g["guarantee"] == "does not hold" and "auxiliary upload" in g["why"], g
+
+
+# ---- item 11: the caller's matmul precision reaches the worker thread that traces ---------------------------
+
+def _precisions(text: str) -> list[str]:
+    """The precision of every dot_general in StableHLO text (one per op)."""
+    out = []
+    for line in text.splitlines():
+        if "stablehlo.dot_general" in line:
+            out += re.findall(r"precision = \[(\w+), \w+\]", line)
+    return out
+
+
+@pytest.fixture
+def lowered(monkeypatch):
+    """The StableHLO text of every program compiled ahead of time since the fixture started."""
+    seen = []
+    real = jax.stages.Lowered.compile
+
+    def compile(self, *args, **kw):
+        seen.append(self.as_text())
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile)
+    return seen
+
+
+def _highest_per_program(tmp_path, name, lowered, how):
+    """HIGHEST dots of each program a tiny FedAvg run compiles, with the precision set ``how``."""
+    loop._PROGRAMS.clear()  # the process's program cache would hand back another precision's program
+    lowered.clear()
+    was = jax.config.jax_default_matmul_precision
+    cfg = fj.Config(algorithm="fedavg", out=str(tmp_path / name), **SMALL)
+    try:
+        jax.config.update("jax_default_matmul_precision", None)  # conftest sets "highest" globally
+        if how == "context":
+            with jax.default_matmul_precision("highest"):
+                fj.run(cfg, progress=False)
+        elif how == "global":
+            jax.config.update("jax_default_matmul_precision", "highest")
+            fj.run(cfg, progress=False)
+        else:
+            fj.run(cfg, progress=False)
+    finally:
+        jax.config.update("jax_default_matmul_precision", was)
+    assert lowered, "no program was compiled"
+    return sorted(_precisions(t).count("HIGHEST") for t in lowered)
+
+
+def test_a_callers_precision_context_reaches_the_traced_run(tmp_path, lowered):
+    default = _highest_per_program(tmp_path, "d", lowered, "none")
+    context = _highest_per_program(tmp_path, "c", lowered, "context")
+    update = _highest_per_program(tmp_path, "u", lowered, "global")
+    assert context == update, (context, update)
+    assert sum(context) > sum(default), (context, default)
+
+
+def test_the_worker_thread_traces_with_the_callers_precision():
+    """The loop's worker (``loop._interruptible``) traces under the caller's context, and a context entered
+    there does not outlive the call."""
+    f = jax.jit(lambda a, b: a @ b)
+    x = jnp.ones((4, 4))
+    was = jax.config.jax_default_matmul_precision
+    try:
+        jax.config.update("jax_default_matmul_precision", None)
+        with jax.default_matmul_precision("highest"):
+            inside = _precisions(loop._interruptible(lambda: f.lower(x, x).as_text()))
+        after = _precisions(loop._interruptible(lambda: f.lower(x, x).as_text()))
+    finally:
+        jax.config.update("jax_default_matmul_precision", was)
+    assert inside == ["HIGHEST"] and after == ["DEFAULT"], (inside, after)

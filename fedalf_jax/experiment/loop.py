@@ -37,7 +37,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..interrupt import INTERRUPT, Interrupted  # noqa: F401 - Interrupted: raised here, imported from here
-from ..interrupt import Abandoned as _Abandoned, interruptible as _interruptible
+from ..interrupt import Abandoned as _Abandoned, interruptible as _interruptible_bare
 from ..sim.round import RunState, device_mesh, init_state, run_rounds
 from ..sim.train import make_chunk, train_losses
 from . import accounting
@@ -210,8 +210,9 @@ def _leaf_key(x):
 
 
 # The JAX options that change what a trace computes. The programs are traced on a worker thread (so that a
-# signal is answered during a compile), which sees the global options (``jax.config.update``), not a caller's
-# context manager: so are they read here.
+# signal is answered during a compile), which by itself sees only the global options (``jax.config.update``),
+# not a caller's context manager: ``_interruptible`` sets the caller's values there again, and the key of
+# ``_PROGRAMS`` reads them there.
 _TRACE_OPTIONS = ("jax_default_matmul_precision", "jax_enable_x64", "jax_numpy_rank_promotion",
                   "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_threefry_partitionable",
                   "jax_softmax_custom_jvp", "jax_enable_checks", "jax_debug_nans", "jax_debug_infs",
@@ -220,6 +221,25 @@ _TRACE_OPTIONS = ("jax_default_matmul_precision", "jax_enable_x64", "jax_numpy_r
 
 def _trace_options() -> tuple:
     return tuple(str(getattr(jax.config, name, None)) for name in _TRACE_OPTIONS)
+
+
+def _interruptible(fn, *args, **kw):
+    """:func:`fedalf_jax.interrupt.interruptible` with this thread's trace options carried to its worker
+    thread: ``with jax.default_matmul_precision("highest"): fj.run(cfg)`` traces the run's programs at
+    "highest" although they are traced there (a thread-local context is not seen by another thread; issue
+    47 item 11). Each option whose value here differs from the worker's is set there by JAX's own context
+    manager for it, for the call only."""
+    values = [(name, getattr(jax.config, name)) for name in _TRACE_OPTIONS if hasattr(jax.config, name)]
+
+    def carried(*a):
+        with contextlib.ExitStack() as stack:
+            for name, value in values:
+                manager = getattr(jax, name.removeprefix("jax_"), None)  # jax.default_matmul_precision, ...
+                if manager is not None and getattr(jax.config, name) != value:
+                    stack.enter_context(manager(value))
+            return fn(*a)
+
+    return _interruptible_bare(carried, *args, **kw)
 
 
 def _program_key(program: "Program", key, args):
