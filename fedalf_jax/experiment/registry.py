@@ -60,9 +60,12 @@ def _register(kind: str, name: str, obj: Any) -> None:
 
 
 def _builtin(kind: str) -> tuple:
-    """The built-in names of ``kind`` (:mod:`.options`, which imports this module: read when called)."""
-    from . import options
-    return {"algorithm": options.ALGORITHMS, "model": options.MODELS, "dataset": options.DATASETS}[kind]
+    """The built-in names of ``kind`` (as :mod:`.options` lists them; it imports this module, so they are read
+    from where it reads them)."""
+    from ..problem.data import DATASETS
+    from ..problem.models import MODEL_NAMES
+    from ..sim.algorithms import FACTORIES
+    return {"algorithm": tuple(FACTORIES), "model": MODEL_NAMES, "dataset": DATASETS}[kind]
 
 
 def is_path(name: Any) -> bool:
