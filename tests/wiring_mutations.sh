@@ -786,4 +786,18 @@ mutate fedalf_jax/experiment/progress.py 'if d.get("rate") is None and a is not 
 mutate fedalf_jax/experiment/loop.py '"writing the checkpoint" if ckpt.busy() else None)' 'None)' \
   "trust47-ckpt: the final checkpoint write has no stage" "$T47C -k final_checkpoint_write"
 
+# issue 47 items 10, 11 and issue 49 item 5 (labels start with "trust47-guar")
+TG=tests/test_trust47_guarantee.py
+mutate fedalf_jax/experiment/guarantee.py "        if beside:  # an un-noised per-client upload" "        if False:  # an un-noised per-client upload" \
+  "trust47-guar: an un-noised auxiliary upload headlined holds (47.10)" "$TG -k non_public_aux"
+mutate fedalf_jax/reporting/runs.py '            return recorded_guarantee(rec)  #' \
+  '            return {"guarantee": rec["guarantee"], "why": str(rec.get("why", ""))}  #' \
+  "trust47-guar: the report reads a recorded holds beside an un-noised aux as holds (47.10)" "$TG -k summary_and_report"
+mutate fedalf_jax/experiment/loop.py "                if manager is not None and getattr(jax.config, name) != value:" "                if False:" \
+  "trust47-guar: the caller's matmul precision context not carried to the worker thread (47.11)" "$TG -k precision"
+mutate fedalf_jax/experiment/guarantee.py $'from typing import Protocol\n' \
+  $'from typing import TYPE_CHECKING, Protocol\nif TYPE_CHECKING:\n    from .config import Config\n' \
+  "trust47-guar: config and guarantee import each other again (49.5)" "tests/test_layers.py -k annotations"
+# end trust47-guar
+
 exit $status
