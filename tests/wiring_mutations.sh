@@ -800,4 +800,10 @@ mutate fedalf_jax/experiment/guarantee.py $'from typing import Protocol\n' \
   "trust47-guar: config and guarantee import each other again (49.5)" "tests/test_layers.py -k annotations"
 # end trust47-guar
 
+# issue 49 item 1: the fedalf command runs with glibc's malloc keeping what XLA frees (label "malloc49")
+mutate fedalf_jax/__init__.py "    _restart_with_tunables()  # glibc" "    pass  # glibc" \
+  "malloc49: the command keeps glibc's default malloc (a fresh mmap per round's temporaries)" "tests/test_allocator.py"
+mutate fedalf_jax/allocator.py '    if "glibc.malloc." in given:' '    if given:' \
+  "malloc49: another subsystem's GLIBC_TUNABLES turns the settings off" "tests/test_allocator.py"
+
 exit $status
