@@ -196,7 +196,7 @@ def test_markdown(rep):
     res, out = rep
     md = Path(res["markdown"]).read_text()
     assert res["markdown"] == str(out / "report.md")
-    assert "| algorithm | fmnist pat1 | fmnist pat2 |" in md
+    assert "| algorithm | fmnist pat1 (4 clients) | fmnist pat2 (4 clients) |" in md  # the federation's size said
     fa = np.array(FEDAVG[0.05])
     fg = np.array([_angle(a, s) for s, a in enumerate(FEDAVG[0.05])])
     cell = f"{fa.mean():.3f} ± {fa.std(ddof=1):.3f} ({fg.mean():.1f} ± {fg.std(ddof=1):.1f}°)<br>η=0.05 (3 seeds)"

@@ -39,3 +39,17 @@ def test_fourteen_methods_draw_fourteen_styles_with_the_legend_off_the_plots(tmp
     for ax in (acc, ang):
         assert not box.overlaps(ax.get_window_extent()), "the legend covers a plot"
     assert not acc.get_legend()  # none inside the accuracy axes
+
+
+def test_the_table_and_figures_state_the_dirichlet_alpha_and_the_clients(tmp_path):
+    """Issue 49 item 7: no report said the partition's Dirichlet α or the number of clients."""
+    from test_report import make_run
+    from fedalf_jax.reporting import report
+    for seed, alpha in ((0, 0.1), (1, 0.1), (2, 0.5)):
+        make_run(tmp_path / "runs", f"d{seed}", final_acc=0.6, final_angle=20.0, seed=seed, partition="dirichlet",
+                 alpha=alpha, clients=6)
+    make_run(tmp_path / "runs", "p", final_acc=0.6, final_angle=20.0, partition="pat1", alpha=0.3, clients=5)
+    res = report([str(tmp_path / "runs")], str(tmp_path / "rep"))
+    md = open(res["markdown"]).read()
+    assert "| algorithm | fmnist pat1 (5 clients) | fmnist dirichlet (α=0.1/0.5, 6 clients) |" in md, md[:600]
+    assert "α=0.3" not in md  # pat1 reads no α

@@ -806,4 +806,9 @@ mutate fedalf_jax/__init__.py "    _restart_with_tunables()  # glibc" "    pass 
 mutate fedalf_jax/allocator.py '    if "glibc.malloc." in given:' '    if given:' \
   "malloc49: another subsystem's GLIBC_TUNABLES turns the settings off" "tests/test_allocator.py"
 
+# issue 49 item 7: the report states the Dirichlet alpha and the number of clients (label "setting49")
+mutate fedalf_jax/reporting/tables.py "    return f\" ({', '.join(parts)})\" if parts else \"\"" "    return \"\"" \
+  "setting49: the report says neither alpha nor the clients" "tests/test_report_figures.py -k dirichlet"
+# end setting49
+
 exit $status

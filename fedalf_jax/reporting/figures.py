@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .runs import Cell, Run, _fmt_value, _privacy, _variant_name, cell_spent
-from .tables import _writing, mean_std
+from .tables import _writing, mean_std, setting
 
 _DPI = 100
 
@@ -286,7 +286,7 @@ def write_figures(cells: list[Cell], fig_dir: Path) -> dict[str, list[Path]]:
             groups[(c.model, c.dataset, c.partition)].append(c)
     out: dict[str, list[Path]] = defaultdict(list)
     for (model, dataset, partition), cs in groups.items():
-        stem, title = f"{model}_{dataset}_{partition}", _title(model, dataset, partition)
+        stem, title = f"{model}_{dataset}_{partition}", _title(model, dataset, partition) + setting(cs)
         with np.errstate(all="ignore"):
             made = [curves_figure(cs, fig_dir / f"{stem}_curves.png", title),
                     heatmap_figure(cs, fig_dir / f"{stem}_clients.png", title),

@@ -92,8 +92,22 @@ def format_cell(row: dict, which: str) -> str:
 
 # ---- Markdown and CSV ---------------------------------------------------------------------------
 
-def _column(dataset: str, partition: str) -> str:
-    return f"{dataset} {partition}"
+def _column(dataset: str, partition: str, cells: list[Cell] = ()) -> str:
+    return f"{dataset} {partition}{setting(cells)}"
+
+
+def setting(cells: list[Cell]) -> str:
+    """What a table column's (or a figure's) runs ran on beyond the data set and partition, as
+    `` (α=0.1, 100 clients)``: the Dirichlet α of a ``dirichlet`` partition and the number of clients, each
+    with every value the runs have (``α=0.1/0.5``); ``""`` for no runs (issue 49 item 7: no report said
+    either)."""
+    runs = [r for c in cells for g in (c.done, c.diverged) for rs in g.values() for r in rs]
+    alphas = sorted({float(r.cfg["alpha"]) for r in runs
+                     if r.cfg.get("partition") == "dirichlet" and r.cfg.get("alpha") is not None})
+    clients = sorted({int(r.cfg["clients"]) for r in runs if r.cfg.get("clients") is not None})
+    parts = ["α=" + "/".join(f"{a:g}" for a in alphas)] if alphas else []
+    parts += ["/".join(map(str, clients)) + " clients"] if clients else []
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _md_table(header: list[str], body: list[list[str]]) -> list[str]:
@@ -120,7 +134,7 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
                      key=lambda dp: (_index(DATASETS, dp[0]), _index(PARTITIONS, dp[1])))
     variants = sorted({(c.order, c.variant) for c in cells})
     by_key = {(c.variant, c.dataset, c.partition): c for c in cells}
-    header = ["algorithm"] + [_column(*dp) for dp in columns]
+    header = ["algorithm"] + [_column(*dp, [c for c in cells if (c.dataset, c.partition) == dp]) for dp in columns]
 
     def body(render) -> list[list[str]]:
         out_rows = []
