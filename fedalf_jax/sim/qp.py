@@ -55,6 +55,8 @@ import jax
 import jax.numpy as jnp
 from optax.projections import projection_simplex
 
+from ..errors import ConfigError
+
 __all__ = ["solve_simplex_qp", "solve_simplex_qp_info", "simplex_gap", "box_gap", "resolve_method", "METHODS"]
 
 METHODS = ("auto", "active", "osqp", "pgd")
@@ -364,14 +366,26 @@ def _solve_box(Q, mask, lo, hi, maxiter, tol):
   return x, it + k, box_gap(Q, x, lo, hi)
 
 
+def _box_sums(lo, hi, mask):
+  """``(Σlo, Σhi, crossed)`` over the ``mask``ed coordinates of clipped bounds ``[..., n]`` (``crossed``: some
+  ``lo > hi``), and the slack the sums are allowed (``1e-6`` plus ``n`` roundings of the dtype: ``λ₀ ± 0`` of
+  weights that sum to one in float32)."""
+  slo, shi = jnp.sum(jnp.where(mask, lo, 0.0), -1), jnp.sum(jnp.where(mask, hi, 0.0), -1)
+  crossed = jnp.any((lo > hi) & mask, -1)
+  return slo, shi, crossed, 1e-6 + lo.shape[-1] * float(jnp.finfo(lo.dtype).eps)
+
+
 def _solve_box_flat(Q, mask, lo, hi, *, maxiter, tol):
-  """The bounded solver on a flat batch ``Q [B, n, n]``, ``mask``, ``lo``, ``hi`` ``[B, n]``."""
+  """The bounded solver on a flat batch ``Q [B, n, n]``, ``mask``, ``lo``, ``hi`` ``[B, n]``. A problem whose
+  box is empty (``Σlo > 1``, ``Σhi < 1``, some ``lo > hi``, or a NaN bound) gets ``λ = NaN`` (residual inf):
+  no point of it is on the simplex, and a NaN reaches the caller's divergence check."""
   Qs, ms, any_valid = jax.vmap(_prepare)(Q, mask)
   lo = jnp.clip(lo, 0.0, 1.0).astype(Qs.dtype)
   hi = jnp.clip(hi, 0.0, 1.0).astype(Qs.dtype)
-  feasible = (jnp.sum(jnp.where(ms, lo, 0.0), -1) <= 1.0 + 1e-6) & (jnp.sum(jnp.where(ms, hi, 0.0), -1) >= 1.0 - 1e-6)
+  slo, shi, crossed, slack = _box_sums(lo, hi, ms)
+  feasible = (slo <= 1.0 + slack) & (shi >= 1.0 - slack) & ~crossed
   lam, it, res = jax.vmap(lambda q, k, a, b: _solve_box(q, k, a, b, maxiter, tol))(Qs, ms, lo, hi)
-  lam = jnp.where(any_valid[:, None], lam, 0.0)
+  lam = jnp.where(any_valid[:, None], jnp.where(feasible[:, None], lam, jnp.nan), 0.0)
   res = jnp.where(any_valid, jnp.where(feasible, res, jnp.inf), 0.0)
   return lam, it.astype(jnp.int32), res
 
@@ -412,7 +426,9 @@ def solve_simplex_qp_info(Q, mask=None, *, lower=None, upper=None, method="auto"
     lower, upper: optional bounds ``lower ≤ λ ≤ upper`` (broadcast to ``[..., n]``; may be traced), a box
       intersected with the simplex (clipped to ``[0, 1]``, so ``λ₀ ± ε`` may be passed as it is). Given
       concretely, they must satisfy ``lower ≤ upper`` and ``Σ lower ≤ 1 ≤ Σ upper`` over the unmasked
-      coordinates (a ``ValueError`` otherwise); traced infeasible bounds give ``residual = inf``. Bounded
+      coordinates (a one-line :class:`~fedalf_jax.errors.ConfigError` otherwise); traced bounds that do not
+      (an empty box, or NaN) give ``λ = NaN`` and ``residual = inf`` for that problem, so a run's divergence
+      check stops on it (no λ off the simplex is ever returned). Bounded
       problems are solved by FISTA projected exactly onto the box inside the simplex, then one KKT
       solve on the coordinates strictly inside the box (kept when feasible and better); ``method``
       must be ``"auto"`` or ``"pgd"`` (default ``maxiter`` 5000), and ``residual`` is the Frank–Wolfe
@@ -459,7 +475,7 @@ def solve_simplex_qp_info(Q, mask=None, *, lower=None, upper=None, method="auto"
 def _bounded(Q, mask, lower, upper, method, maxiter, tol):
   """``solve_simplex_qp_info`` with ``lower``/``upper`` (``Q``, ``mask`` already checked and broadcast)."""
   if method not in ("auto", "pgd"):
-    raise ValueError(f"method {method!r} does not take lower/upper bounds; use 'auto' or 'pgd'")
+    raise ConfigError(f"solve_simplex_qp: method {method!r} does not take lower/upper bounds; use 'auto' or 'pgd'")
   n = Q.shape[-1]
   batch = Q.shape[:-2]
   lo = jnp.broadcast_to(jnp.zeros((), Q.dtype) if lower is None else jnp.asarray(lower, Q.dtype), batch + (n,))
@@ -467,13 +483,17 @@ def _bounded(Q, mask, lower, upper, method, maxiter, tol):
   if not any(isinstance(a, jax.core.Tracer) for a in (lo, hi, mask)):
     a, b = jnp.clip(lo, 0.0, 1.0), jnp.clip(hi, 0.0, 1.0)
     if bool(jnp.any(jnp.isnan(lo) | jnp.isnan(hi))):
-      raise ValueError("lower/upper hold NaN; the bounds must be numbers (±inf allowed)")
-    if not bool(jnp.all((a <= b) | ~mask)):
-      raise ValueError("lower exceeds upper at some coordinate (after clipping both to [0, 1])")
-    slo, shi = jnp.sum(jnp.where(mask, a, 0.0), -1), jnp.sum(jnp.where(mask, b, 0.0), -1)
-    if not bool(jnp.all((slo <= 1.0 + 1e-6) & (shi >= 1.0 - 1e-6))):
-      raise ValueError(f"the box is empty: sum(lower) ≤ 1 ≤ sum(upper) is needed over the unmasked coordinates; "
-                       f"got sums {float(jnp.max(slo)):.6g} and {float(jnp.min(shi)):.6g}")
+      raise ConfigError("solve_simplex_qp: lower/upper hold NaN; the bounds must be numbers (±inf allowed)")
+    slo, shi, crossed, slack = _box_sums(a, b, mask)
+    if bool(jnp.any(crossed)):
+      j = int(jnp.argmax(jnp.reshape((a > b) & mask, (-1, n)).any(0)))
+      raise ConfigError(f"solve_simplex_qp: lower exceeds upper at some coordinate (after clipping both to [0, 1]; "
+                        f"first at index {j}); pass lower ≤ upper (λ₀ − ε and λ₀ + ε need ε ≥ 0)")
+    high, low = bool(jnp.any(slo > 1.0 + slack)), bool(jnp.any(shi < 1.0 - slack))
+    if high or low:
+      fix = "lower the lower bounds" if high else "raise the upper bounds"
+      raise ConfigError(f"solve_simplex_qp: the box is empty: sum(lower) ≤ 1 ≤ sum(upper) is needed over the unmasked "
+                        f"coordinates; got sums {float(jnp.max(slo)):.6g} and {float(jnp.min(shi)):.6g}; {fix}")
   solve = _box_solver(5000 if maxiter is None else int(maxiter), 1e-7 if tol is None else float(tol))
   lam, it, res = solve(Q.reshape((-1, n, n)), mask.reshape((-1, n)).astype(bool), lo.reshape((-1, n)),
                        hi.reshape((-1, n)))
