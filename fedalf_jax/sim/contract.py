@@ -7,6 +7,7 @@ the compiled round.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import chex
@@ -132,6 +133,80 @@ def check_callable(alg, name: str, fn) -> None:
     if fn is not None and not callable(fn):
         raise error(f"algorithm {alg.name!r}: {name} returned {type(fn).__name__}; expected a function "
                     f"(params, batch) -> scalar, or None")
+
+
+def check_optimizer(alg, opt):
+    """What ``local_optimizer`` returned is an optax ``GradientTransformation`` (``init`` and ``update``); returns it.
+    A function instead (``lambda lr_t: optax.sgd``: the factory, not called) is one line saying to call it."""
+    if callable(getattr(opt, "init", None)) and callable(getattr(opt, "update", None)):
+        return opt
+    fn = f"algorithm {alg.name!r}: local_optimizer"
+    if callable(opt):
+        name = getattr(opt, "__qualname__", None) or getattr(opt, "__name__", None) or type(opt).__name__
+        raise error(f"{fn} returned the function {name}, not an optax.GradientTransformation (it has no init/update): "
+                    f"call it with the learning rate, e.g. local_optimizer=lambda lr_t: optax.sgd(lr_t)")
+    raise error(f"{fn} returned {type(opt).__name__} {str(opt)[:40]!r}; expected an optax.GradientTransformation, "
+                f"e.g. local_optimizer=lambda lr_t: optax.sgd(lr_t)")
+
+
+@functools.lru_cache(maxsize=None)
+def _batch_class():
+    """A :class:`~fedalf_jax.sim.algorithms.Batch` that notes whether its ``logits`` or ``features`` were read
+    while they are ``None`` (so a function that failed on them is told why)."""
+    from .algorithms import Batch
+
+    class Batch(Batch):  # noqa: F811 - the user's function sees a Batch (isinstance, its repr's name)
+        def _noted(self, field):
+            v = tuple.__getitem__(self, self._fields.index(field))
+            if v is None:
+                self.__dict__.setdefault("read_none", []).append(field)
+            return v
+        logits = property(lambda self: self._noted("logits"))
+        features = property(lambda self: self._noted("features"))
+    return Batch
+
+
+def checked_loss(alg, name: str, fn):
+    """``fn`` (the ``(params, Batch) -> scalar`` that ``local_loss`` or ``personal.local_loss`` returned), checked
+    on each call while the step is traced: it must return a real scalar, and an exception it raises (``None``
+    features of a model that returns logits only, ...) is one line naming the function and the fix, never a
+    JAX traceback from inside the compiled step. ``None`` stays ``None``. Adds no operation to the step."""
+    if fn is None:
+        return None
+    watched = _batch_class()
+    where = f"algorithm {alg.name!r}: {name}"
+    personal = name.startswith("personal")
+
+    def loss(params, batch):
+        b = watched(*batch)
+        try:
+            out = fn(params, b)
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - what the user's function raised, named in one line
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            read = b.__dict__.get("read_none", [])
+            if personal and read:
+                hint = (f"; batch.{read[0]} is None for Personal.local_loss (its params may be any pytree): "
+                        f"call batch.apply(params) for (logits, features)")
+            elif "features" in read:
+                hint = ("; batch.features is None: the model returns its logits only; use a model whose __call__ "
+                        "returns (logits, features) (docs/extending.md), or do without batch.features")
+            else:
+                hint = ""
+            raise error(f"{where}'s function failed ({type(e).__name__}: {msg[:160]}){hint}") from None
+        try:
+            shape, dtype = jnp.shape(out), jnp.result_type(out)
+        except TypeError:
+            raise error(f"{where}'s function returned {type(out).__name__} {str(out)[:40]!r}; expected a float "
+                        f"scalar loss (shape ())") from None
+        if shape != () or not jnp.issubdtype(dtype, jnp.floating):
+            fix = ("reduce it to one number, e.g. jnp.mean over the batch's real examples (batch.mask)" if shape != ()
+                   else "return a float, e.g. jnp.asarray(value, jnp.float32)")
+            raise error(f"{where}'s function returned {dtype}{list(shape)}; expected a float scalar loss (shape ()): "
+                        f"{fix}")
+        return out
+    return loss
 
 
 def check_penalty(alg, pen, theta, name: str = "penalty") -> None:

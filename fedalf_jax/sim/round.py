@@ -225,10 +225,12 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     C.check_penalty(alg, penalty, theta)
     local_loss = client_fn(alg, "local_loss", alg.local_loss, theta, dual, hp, bcast, facts)
     C.check_callable(alg, "local_loss", local_loss)
+    local_loss = C.checked_loss(alg, "local_loss", local_loss)  # a real scalar, or one line naming it
     opt = None
     if alg.local_optimizer is not None:
         opt = C.call(alg, "local_optimizer", alg.local_optimizer, (lr_t,),
                      alg.client_kwargs(alg.local_optimizer, bcast, facts, hp=hp), "lr_t[, hp=, facts=, broadcast=]")
+        opt = C.check_optimizer(alg, opt)
     start_vars = theta_vars
     if alg.local_start is not None:  # local training from a point the algorithm derives (default θ)
         start = client_fn(alg, "local_start", alg.local_start, theta, dual, hp, bcast, facts)
@@ -291,6 +293,7 @@ def personal_task(spec: RoundSpec, theta_vars, state, hp: HParams, bcast, facts)
     C.check_penalty(alg, pen, v0 if p.local_loss is not None else theta, "personal.penalty")
     ploss = client_fn(alg, "personal.local_loss", p.local_loss, theta, state, hp, bcast, facts)
     C.check_callable(alg, "personal.local_loss", ploss)
+    ploss = C.checked_loss(alg, "personal.local_loss", ploss)
     model = spec.model
 
     def loss_v(v, w, stats, xb, yb, mask, rng, step):
