@@ -811,4 +811,32 @@ mutate fedalf_jax/reporting/tables.py "    return f\" ({', '.join(parts)})\" if 
   "setting49: the report says neither alpha nor the clients" "tests/test_report_figures.py -k dirichlet"
 # end setting49
 
+# issue 47 items 5 and 12 (labels "trust47-qp"): a QP's empty box gives NaN weights traced and one line concrete,
+# FedMGDA+ refuses eps < 0; a local_loss/personal.local_loss/local_optimizer that breaks the contract is one line
+TQ=tests/test_trust47_qp_contract.py
+mutate fedalf_jax/sim/qp.py "lam = jnp.where(any_valid[:, None], jnp.where(feasible[:, None], lam, jnp.nan), 0.0)" \
+  "lam = jnp.where(any_valid[:, None], lam, 0.0)" "trust47-qp: a traced empty box gives weights off the simplex" "$TQ -k empty"
+mutate fedalf_jax/sim/qp.py "feasible = (slo <= 1.0 + slack) & (shi >= 1.0 - slack) & ~crossed" \
+  "feasible = (slo <= 1.0 + slack) & (shi >= 1.0 - slack)" "trust47-qp: traced crossed bounds count as feasible" "$TQ -k crossed"
+mutate fedalf_jax/sim/qp.py "    if bool(jnp.any(crossed)):" "    if False:" "trust47-qp: concrete crossed bounds accepted" \
+  "$TQ -k concrete_empty_box"
+mutate fedalf_jax/sim/qp.py 'raise ConfigError(f"solve_simplex_qp: the box is empty' 'raise ValueError(f"solve_simplex_qp: the box is empty' \
+  "trust47-qp: a concrete empty box is a ValueError, not a ConfigError" "$TQ -k concrete_empty_box"
+mutate fedalf_jax/sim/qp.py "1e-6 + lo.shape[-1] * float(jnp.finfo(lo.dtype).eps)" "1e-6" \
+  "trust47-qp: the box's slack leaves out float32 rounding (eps = 0 with many clients is NaN)" "$TQ -k lower_equal_upper"
+mutate examples/fedmgda.py 'eps = check_eps(s.hp.own["eps"])' 'eps = s.hp.own["eps"]' "trust47-qp: FedMGDA+ takes eps < 0" \
+  "$TQ -k fedmgda"
+mutate fedalf_jax/sim/contract.py "        if shape != () or not jnp.issubdtype(dtype, jnp.floating):" "        if False:" \
+  "trust47-qp: a loss function's vector or integer result unchecked" "$TQ -k breaks_the_contract"
+mutate fedalf_jax/sim/contract.py "        except Exception as e:  # noqa: BLE001 - what the user's function raised, named in one line" \
+  "        except ZeroDivisionError as e:  # noqa: BLE001" "trust47-qp: a loss function that raises is a traceback" "$TQ -k breaks_the_contract"
+mutate fedalf_jax/sim/contract.py '            elif "features" in read:' "            elif False:" \
+  "trust47-qp: None batch.features not named" "$TQ -k breaks_the_contract"
+mutate fedalf_jax/sim/round.py 'local_loss = C.checked_loss(alg, "local_loss", local_loss)' "local_loss = local_loss" \
+  "trust47-qp: local_loss's function unchecked" "$TQ -k breaks_the_contract"
+mutate fedalf_jax/sim/round.py 'ploss = C.checked_loss(alg, "personal.local_loss", ploss)' "ploss = ploss" \
+  "trust47-qp: personal.local_loss's function unchecked" "$TQ -k breaks_the_contract"
+mutate fedalf_jax/sim/round.py "opt = C.check_optimizer(alg, opt)" "opt = opt" "trust47-qp: local_optimizer's result unchecked" \
+  "$TQ -k breaks_the_contract"
+
 exit $status
