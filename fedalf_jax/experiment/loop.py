@@ -792,8 +792,8 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
                     if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
                         return _rebuild_summary(cfg, rd, state, writer)
                 if resume and (ended := _ended(cfg, rd)) is not None:  # its checkpoint, if any, may be older
-                    if writer:  # (issue 47 item 6: a plain --resume never re-opens an ended run)
-                        at = ended.rows[-1]["round"] if ended.rows else cfg.rounds
+                    if writer and ended.rows:  # (issue 47 item 6: a plain --resume never re-opens an ended run;
+                        at = ended.rows[-1]["round"]  # without rows, the command's error says what is wrong)
                         more = " (--rounds N continues it)" if ended.status == "done" else ""
                         bar.write(f"fedalf: the run in {rd.path} has already ended ({ended.status} at round {at}): "
                                   f"nothing to run, nothing rewritten{more}")
