@@ -71,6 +71,7 @@ def _rewrite_code_digest(run: Path, value: str) -> None:
         ident = json.loads(str(members["identity"]))
         assert len(ident["algorithm_code"]) == 16
         ident["algorithm_code"] = value
+        ident.pop("algorithm_code_files", None)  # recorded since issue 47
         members["identity"] = np.asarray(json.dumps(ident, sort_keys=True))
         members["digest"] = np.asarray(identity_digest(ident))
         np.savez(ck.with_suffix(""), **members)
@@ -98,7 +99,8 @@ def test_a_changed_helper_module_is_refused_on_resume_and_the_coverage_is_said(t
     said = f"code digest of algorithm 'mine36:alg' covers helper36.py and mine36.py under {proj}; not covered:"
     for err in (start.stderr, p.stderr):  # said at the start and on the resume, in one line
         assert [ln for ln in err.splitlines() if "code digest" in ln] == [f"fedalf: warning: {said} installed "
-                                                                         f"packages and modules outside {proj}"]
+                                                                         f"packages and modules its code does not "
+                                                                         f"reach"]
 
 
 def _forget(*modules, name="mine36:alg"):
@@ -181,7 +183,7 @@ def test_a_changed_global_of_notebook_code_is_refused_on_resume(tmp_path):
     assert res.status == "done" and _rounds(run) == [0, 1, 2, 3]
     lines = [str(w.message) for w in said if issubclass(w.category, Notice) and "code digest" in str(w.message)]
     assert lines == ["code digest of algorithm 'cell36' covers the code of make, server and upload and 1 global value "
-                     "(STEP); not covered: installed packages and modules in other files"], lines
+                     "(STEP); not covered: installed packages and modules its code does not reach"], lines
 
 
 # ---- what the digest covers, rule by rule -----------------------------------------------------------------------
@@ -198,14 +200,17 @@ def _load(path: Path, name: str):
     return mod
 
 
-def test_a_package_module_covers_its_top_level_package_and_skips_what_is_not_its_code(tmp_path):
+def test_a_package_module_covers_its_packages_and_what_it_imports_not_the_rest_of_the_folder(tmp_path):
+    # issue 36 covered every .py file of the top-level package; since issue 47 (item 14) what the code reaches:
+    # the module, the __init__.py files of the packages above it (they ran) and what it imports
     from fedalf_jax.experiment import code_digest as CD
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
-    for rel in ("__init__.py", "sub/__init__.py", "sub/alg.py", "util.py", ".hidden/x.py", "__pycache__/y.py",
+    for rel in ("__init__.py", "sub/__init__.py", "util.py", "other.py", ".hidden/x.py", "__pycache__/y.py",
                 "venv/lib.py", "node_modules/z.py", "lib/site-packages/w.py"):
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(f"# {rel}\ndef make():\n    return 1\n")
+    (pkg / "sub" / "alg.py").write_text("from pkg.util import make as helper\n\ndef make():\n    return helper()\n")
     (pkg / "venv" / "pyvenv.cfg").write_text("home = /usr\n")
     (tmp_path / "outside.py").write_text("x = 1\n")  # beside the package, not in it
     sys.path.insert(0, str(tmp_path))
@@ -219,18 +224,27 @@ def test_a_package_module_covers_its_top_level_package_and_skips_what_is_not_its
     assert sorted(os.path.relpath(f, pkg) for f in d.files) == ["__init__.py", "sub/__init__.py", "sub/alg.py",
                                                                "util.py"]
     digest, covers = CD.current(d)
-    assert covers.startswith(f"4 .py files under {pkg}; not covered: installed packages and modules outside {pkg}")
+    assert covers.startswith(f"4 .py files under {pkg}; not covered: installed packages and modules its code does "
+                             f"not reach")
+    (pkg / "other.py").write_text("def changed():\n    pass\n")  # imported by nothing the code reaches
+    assert CD.current(CD.take(alg.make, alg))[0] == digest
     (pkg / "util.py").write_text("def changed():\n    pass\n")
     assert CD.current(CD.take(alg.make, alg))[0] != digest
 
 
 def test_the_walk_is_capped_and_says_so(tmp_path, monkeypatch):
     from fedalf_jax.experiment import code_digest as CD
-    for i in range(5):
+    for i in range(1, 5):
         (tmp_path / f"m{i}.py").write_text(f"def make():\n    return {i}\n")
+    (tmp_path / "m0.py").write_text("import m1, m2, m3, m4\n\ndef make():\n    return 0\n")
     monkeypatch.setattr(CD, "MAX_FILES", 3)
-    mod = _load(tmp_path / "m0.py", "m0")
-    d = CD.take(mod.make, mod)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        mod = _load(tmp_path / "m0.py", "m0")
+        d = CD.take(mod.make, mod)
+    finally:
+        for m in ("m1", "m2", "m3", "m4"):
+            sys.modules.pop(m, None)
     assert len(d.files) == 3 and "(capped at 3 files" in CD.current(d)[1]
 
 
@@ -245,7 +259,7 @@ def test_the_globals_of_file_less_code_are_covered_by_value_and_the_others_named
     base = code_digest(ns()["make"])
     assert base[0] != "uncheckable"
     assert "the code of helper and make" in base[1] and "4 global values (A, B, C and E)" in base[1]
-    assert "not covered: installed packages, modules in other files and the global D (object)" in base[1]
+    assert "not covered: installed packages, modules its code does not reach and the global D (object)" in base[1]
     assert code_digest(ns()["make"])[0] == base[0]  # the same values: the same digest
     for change in (dict(A=2.0), dict(B=(2, "y")), dict(C=np.arange(4, dtype=np.float64)),
                    dict(C=np.arange(1, 5, dtype=np.float32)), dict(E={"k": [1, 3]})):

@@ -63,8 +63,9 @@ _PRIVATE_SERVER_LR = {"fedalf": (1.0, 0.999)}  # η_g: 1.0 beat the paper's 0.5 
 BOOKKEEPING = ("rounds", "eval_every", "train_loss_every", "checkpoint_every", "log", "out", "data_dir")
 # Identity entries that digest content rather than options: the arrays loaded from files (rundir.run_identity)
 # and a user's algorithm's or model's code (Config.identity). A checkpoint without one (written before they
-# were recorded) or with "uncheckable" cannot be checked; rundir.RunDir.usable_checkpoint says so.
-CONTENT = ("data_digest", "algorithm_code", "model_code")
+# were recorded) or with "uncheckable" cannot be checked; rundir.RunDir.usable_checkpoint says so. The code's
+# per-file digests (*_code_files, issue 47) name what changed when the code digest differs.
+CONTENT = ("data_digest", "algorithm_code", "model_code", "algorithm_code_files", "model_code_files")
 
 
 # Keys that config.json carries for the reader but that are derived from the options (Config.privacy):
@@ -248,6 +249,7 @@ class Config:
         for kind, name, builtin in (("algorithm", self.algorithm, ALGORITHMS), ("model", self.model, MODELS)):
             if name not in builtin:  # a user's code: its source file's digest (built-in code: the package's)
                 d[f"{kind}_code"] = registry.code(kind, name)[0]
+                d[f"{kind}_code_files"] = registry.code_parts(kind, name)  # names what changed (issue 47)
         return d
 
     @classmethod

@@ -16,7 +16,8 @@ import warnings
 
 from ..errors import ConfigError
 from ..notices import Notice
-from . import registry
+from . import code_digest, registry
+from .code_digest import _listed
 from .config import ALGORITHMS, BOOKKEEPING, CONTENT, MODELS, Config
 
 # Options added after runs were made: a run directory whose config.json lacks one ran with this value.
@@ -132,11 +133,13 @@ def say_code(cfg: "Config") -> None:
         warnings.warn(msg, Notice, stacklevel=2)
 
 
-def check_code(kind: str, name: str, old, new: str, where) -> None:
-    """The code digest a checkpoint in ``where`` recorded (``old``) against this process's (``new``): a
-    change is refused in one line; a digest made before it covered folders and globals is compared the way
-    it was made and, when it matches, resumed with one line saying what is not checked; one that cannot be
-    checked (not recorded yet, or uncheckable) is said."""
+def check_code(kind: str, name: str, old, new: str, where, old_files=None) -> None:
+    """The code digest a checkpoint in ``where`` recorded (``old``, with its per-file digests ``old_files``)
+    against this process's (``new``): a change is refused in one line naming the changed files (issue 47);
+    a digest recorded the way an older version made it (no per-file digests) is compared that way: issue
+    36's (every ``.py`` file under the code's folders) and, before it, the module's and the defining files;
+    when it matches, the run resumes with one line saying so; one that cannot be checked (not recorded yet,
+    or uncheckable) is said."""
     covers = registry.code(kind, name)[1]
     if old == new:
         return
@@ -146,13 +149,24 @@ def check_code(kind: str, name: str, old, new: str, where) -> None:
     elif "uncheckable" in (old, new):
         warnings.warn(f"{kind} {name!r}'s code cannot be checked ({covers}): resuming {where} without knowing "
                       f"whether it changed", Notice, stacklevel=3)
+    elif isinstance(old_files, dict):  # recorded per file: name what changed
+        what = code_digest.changed(old_files, registry.code_parts(kind, name))
+        said = f"changed: {_listed(what, 6)}; " if what else ""
+        raise ConfigError(f"{kind} {name!r}: its code changed since the checkpoint in {where} was written "
+                          f"({said}the digest covers {covers}); revert the change to resume, or run the new "
+                          f"code with --overwrite or another --out")
+    elif old == registry.previous_code(kind, name):
+        warnings.warn(f"{where}: the checkpoint's digest of {kind} {name!r} was made before digests followed "
+                      f"what the code reaches (one digest of every .py file under its modules' folders); it "
+                      f"matches, and what it did not cover of what is covered now ({covers}) is not checked "
+                      f"against the code that ran", Notice, stacklevel=3)
     elif old == registry.legacy_code(kind, name):
         warnings.warn(f"{where}: the checkpoint's digest of {kind} {name!r} was made before digests covered a "
                       f"module's folder and the globals its code reads; it matches the module's file and the "
                       f"files defining its functions, and the rest now covered is not checked against the code "
                       f"that ran", Notice, stacklevel=3)
     else:
-        raise ConfigError(f"{kind} {name!r}: its code changed since the checkpoint in {where} was written (the "
-                          f"digest covers {covers}); revert the change to resume, or run the new code with "
-                          f"--overwrite or another --out")
-
+        raise ConfigError(f"{kind} {name!r}: its code changed since the checkpoint in {where} was written (its "
+                          f"digest was recorded before digests named files, so the changed file cannot be named; "
+                          f"the digest now covers {covers}); revert the change to resume, or run the new code "
+                          f"with --overwrite or another --out")

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..errors import ConfigError
-from .code_digest import current, take
+from .code_digest import current, parts, previous, take
 
 
 class RegistryError(ConfigError):
@@ -55,7 +55,7 @@ def _register(kind: str, name: str, obj: Any) -> None:
                             f"register yours under another name")
     _REGISTERED[kind][name] = obj
     if kind in _CODE:
-        _CODE[kind][name] = take(obj)
+        _CODE[kind][name] = _take(kind, obj)
     _VERSION["n"] += 1
 
 
@@ -93,7 +93,7 @@ def lookup(kind: str, name: str, builtin: tuple = ()) -> Any:
             obj = _as_data(name, obj)
         _REGISTERED[kind][name] = obj
         if kind in _CODE:  # the code as imported now: a file edited later is seen on --resume
-            _CODE[kind][name] = take(obj, importlib.import_module(module))
+            _CODE[kind][name] = _take(kind, obj, importlib.import_module(module))
         _VERSION["n"] += 1
         return obj
     known = ", ".join(list(builtin) + sorted(_REGISTERED[kind]))
@@ -123,6 +123,42 @@ def legacy_code(kind: str, name: str) -> str:
     if name not in _CODE[kind]:
         lookup(kind, name)
     return _CODE[kind][name].legacy
+
+
+def code_parts(kind: str, name: str) -> dict:
+    """One digest per file (and per piece of code outside any file) of ``name``'s code now
+    (:func:`.code_digest.parts`): a checkpoint records it, so that ``--resume`` names what changed."""
+    if name not in _CODE[kind]:
+        lookup(kind, name)
+    return parts(_CODE[kind][name])
+
+
+def previous_code(kind: str, name: str) -> str:
+    """The digest of ``name``'s code as runs recorded it from issue 36 to 47 (every ``.py`` file under its
+    modules' folders, one digest for all)."""
+    if name not in _CODE[kind]:
+        lookup(kind, name)
+    return previous(_CODE[kind][name])
+
+
+def _take(kind: str, obj, module=None):
+    """:func:`.code_digest.take` of a registered (or imported) ``obj``; for an algorithm's factory, with the
+    ``Algorithm`` it builds without the model's layers (as :func:`.config.declared_hparams` builds it), so
+    its fields' functions are reached too (issue 47, item 14)."""
+    built = None
+    if kind == "algorithm":
+        from ..sim.algorithms import Algorithm
+        if callable(obj) and not isinstance(obj, Algorithm):
+            import warnings
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    built = obj(layer_of=None) if _accepts(obj, "layer_of") else obj()
+            except Exception:  # noqa: BLE001 - a factory that needs the model's layers: its code alone
+                built = None
+            if not isinstance(built, Algorithm):
+                built = None
+    return take(obj, module, built)
 
 
 def code_digest(obj, module=None) -> tuple[str, str]:

@@ -536,7 +536,8 @@ class RunDir:
             new = now.get(f"{kind}_code")
             if new is None:  # built in: the package's code
                 continue
-            check_code(kind, getattr(cfg, kind), ident.get(f"{kind}_code"), new, self.path)
+            check_code(kind, getattr(cfg, kind), ident.get(f"{kind}_code"), new, self.path,
+                       ident.get(f"{kind}_code_files"))
 
     def config_dict(self) -> dict:
         """The run's config.json, with the values it ran with for options added since (:func:`from_run`)."""
