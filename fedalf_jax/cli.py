@@ -37,11 +37,14 @@ _HELP = {
     "config": "JSON file of options, e.g. a run's config.json (flags given on the command line override it; "
               "default: none, every option at its default)",
     "clients": "number of clients N", "clients_per_round": "clients sampled per round m",
-    "lr": "local learning rate η_l", "lr_decay": "per-round decay of η_l",
-    "server_lr": "server learning rate η_g (default per algorithm)", "rho": "ADMM penalty ρ (default per algorithm: fedalf 0.01, fedadmm 0.1)",
+    "lr": "local learning rate η_l", "lr_decay": "per-round decay of η_l: round t trains at η_l·lr_decay^t",
+    "server_lr": "server learning rate η_g, the step the server takes along the aggregated update (default per "
+                 "algorithm: fedlf 0.05, fedalf 0.5 (1.0 with a privacy mechanism), 1.0 for the others and your own)", "rho": "ADMM penalty ρ (default per algorithm: fedalf 0.01, fedadmm 0.1)",
     "server_target": "what an ADMM client uploads: increment (FedADMM's released rule; fedalf's default), "
                      "augmented, model (fedadmm's default)",
-    "mu": "FedProx μ", "q": "qFedAvg q", "epsilon": "privacy budget ε", "delta": "Gaussian DP δ",
+    "mu": "FedProx μ", "q": "qFedAvg q",
+    "epsilon": "privacy budget ε: per upload (each round a client takes part) for --ldp and --dp gaussian, for the "
+               "whole run for --dp central (docs/privacy.md; default: 2.0)", "delta": "Gaussian DP δ",
     "clip": "Gaussian DP clipping norm", "eval_every": "rounds per compiled chunk between evaluations",
     "out": "run directory (config.json, clients.json, metrics.csv, checkpoint.npz); "
            "default runs/<algorithm>-<model>-<time>",
@@ -82,7 +85,8 @@ _HELP = {
     "model": "cnn (the paper's), cnn_bn (with batch norm; no privacy mechanism), mlp (200-200, FedLF's FMNIST model), "
              "or your own flax module's factory as module:attribute (docs/extending.md)",
     "rounds": "communication rounds", "local_epochs": "local epochs E per round", "batch_size": "local minibatch size B",
-    "server_lr_decay": "per-round decay of η_g (default per algorithm)",
+    "server_lr_decay": "per-round decay of η_g: round t steps η_g·server_lr_decay^t (default per algorithm: fedlf "
+                       "and fedalf 0.999, 1.0 (none) for the others and your own)",
     "client_grad": "FedLF's client: full (full-batch gradient, FedLF's rule) or local (E epochs of SGD, like the others)",
     "layers": "the fair direction's blocks: module (one per flax module) or tensor (one per parameter tensor)",
     "merge_tol": "fair direction: a block whose hull is this close to 0 (relative) merges into the next one",
@@ -182,6 +186,28 @@ def _default_text(f: dataclasses.Field) -> str:
     return {True: "on", False: "off"}.get(f.default, f.default) if isinstance(f.default, bool) else str(f.default)
 
 
+# The config flags' groups in --help, in this order (62 options in one list were hard to scan); an option
+# named in none (one added later) is listed under the last, "other options".
+FLAG_GROUPS = {
+    "data and partition": ("dataset", "data_dir", "data_source", "synthetic_like", "synthetic_train",
+                           "synthetic_test", "partition", "assign", "alpha"),
+    "federated training": ("algorithm", "rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "lr",
+                           "lr_decay", "server_lr", "server_lr_decay", "local_optimizer", "seed"),
+    "the algorithms' options": ("mu", "rho", "q", "client_grad", "history", "history_tau", "layers", "merge_tol",
+                                "qp_method", "server_target", "dual_from", "fair_norm", "hp"),
+    "privacy": ("ldp", "ldp_on", "dp", "epsilon", "delta", "clip", "neighbouring"),
+    "model and execution": ("model", "conv_impl", "client_map", "run_map", "devices", "state_dtype",
+                            "matmul_precision"),
+    "evaluation, checkpoints and output": ("eval_every", "train_loss_every", "checkpoint_every", "log", "out"),
+}
+
+
+def _flag_groups(p: argparse.ArgumentParser) -> dict:
+    """The argument group of each config option (:data:`FLAG_GROUPS`), made in their order."""
+    groups = {title: p.add_argument_group(title) for title in (*FLAG_GROUPS, "other options")}
+    return {name: groups[title] for title, names in FLAG_GROUPS.items() for name in names} | {None: groups["other options"]}
+
+
 # Options that a sweep takes once, for all its runs: a list of them would name no grid axis (where runs are
 # saved and logged, and where the data is read from, change nothing a run computes)
 SWEEP_SINGLE = ("checkpoint_every", "log", "data_dir")
@@ -193,9 +219,11 @@ def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False, skip: 
     options the command does not use (no flag); ``helps``: descriptions replacing :data:`_HELP`'s."""
     helps = helps or {}
     hints = typing.get_type_hints(Config)
+    group_of = _flag_groups(p)
     for f in dataclasses.fields(Config):
         if (multi and f.name in ("seed", "out")) or f.name in skip:
             continue
+        p = group_of.get(f.name, group_of[None])
         if f.name == "hp":
             _hp_flag(p, multi, helps.get("hp") or (_HP_SWEEP if multi else _HELP["hp"]))
             continue

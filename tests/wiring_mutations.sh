@@ -839,4 +839,9 @@ mutate fedalf_jax/sim/round.py 'ploss = C.checked_loss(alg, "personal.local_loss
 mutate fedalf_jax/sim/round.py "opt = C.check_optimizer(alg, opt)" "opt = opt" "trust47-qp: local_optimizer's result unchecked" \
   "$TQ -k breaks_the_contract"
 
+# issue 49 item 7: --help groups the options and says the server step's and epsilon's defaults (label "help49")
+mutate fedalf_jax/cli.py "        p = group_of.get(f.name, group_of[None])" "        pass" \
+  "help49: the options in one list again" "tests/test_help.py -k grouped"
+# end help49
+
 exit $status
