@@ -144,6 +144,16 @@ def test_fedlc_matches_two_rounds_by_hand(client_map):
     assert max(np.abs(theta[k] - plain[k]).max() for k in theta) > 1e-3
 
 
+@pytest.mark.parametrize("client_map", MAPS)
+def test_a_programs_own_hyper_parameter_is_swept(tmp_path, client_map):
+    """τ = 0.7 and τ = 0 in one sweep (its runs share a program when the sweep batches them): each run equals
+    its hand computation."""
+    sw = fj.sweep(_cfg("examples.fedlc:fedlc", client_map=client_map), out=tmp_path / "s",
+                  grid={"hp.tau": [0.7, 0.0]}, progress=False)
+    for r, tau in zip(sw, (0.7, 0.0)):
+        _close_tree(r.model["params"], _flax(_fedlc_by_hand(tau)))
+
+
 # ---- pFedMe -------------------------------------------------------------------------------------------------
 
 def _ce_grad_eval(p, x, y):
