@@ -844,4 +844,22 @@ mutate fedalf_jax/cli.py "        p = group_of.get(f.name, group_of[None])" "   
   "help49: the options in one list again" "tests/test_help.py -k grouped"
 # end help49
 
+# issue 47 item 14: the code digest follows what the code reaches, per file (label "trust47-digest")
+TD=tests/test_trust47_digest.py
+mutate fedalf_jax/experiment/code_digest.py "                self.value(name, g[name], free)" "                pass" \
+  "trust47-digest: the globals a lambda's code names are not followed (its factory's module undigested)" "$TD -k follows_the_code"
+mutate fedalf_jax/experiment/code_digest.py "                self.value(name, cell.cell_contents, free)" "                pass" \
+  "trust47-digest: closure cells are not followed" "$TD -k follows_the_code"
+mutate fedalf_jax/experiment/registry.py "    return take(obj, module, built)" "    return take(obj, module, None)" \
+  "trust47-digest: the functions of the Algorithm a factory builds are not followed" "$TD -k follows_the_code"
+mutate fedalf_jax/experiment/code_digest.py '            if not (str(key).startswith("__") and str(key).endswith("__")):' \
+  "            if False:" "trust47-digest: what a reached module imports is not followed" "$TD -k follows_the_code"
+mutate fedalf_jax/experiment/code_digest.py "    h.update(b\"\".join(sorted(r.files.values())))" \
+  "    h.update(b\"\".join(sorted(r.files.values())) + previous(d).encode())" \
+  "trust47-digest: any .py file of the code's folders blocks --resume again" "$TD -k resume_refuses"
+mutate fedalf_jax/experiment/identity.py '        said = f"changed: {_listed(what, 6)}; " if what else ""' '        said = ""' \
+  "trust47-digest: the refusal does not name the changed file" "$TD -k resume_refuses"
+mutate fedalf_jax/experiment/identity.py "    elif old == registry.previous_code(kind, name):" "    elif False:" \
+  "trust47-digest: an issue-36 checkpoint is not compared the way its digest was made" "$TD -k issue36"
+
 exit $status
