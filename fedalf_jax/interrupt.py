@@ -61,7 +61,8 @@ def started_as_command() -> bool:
         return True
     main = sys.modules.get("__main__")
     script = getattr(main, "__file__", None)
-    return bool(sys.argv) and script is not None and script == sys.argv[0] and \
+    # (Python makes the main script's __file__ absolute, while sys.argv[0] is the path as typed: `.venv/bin/fedalf`)
+    return bool(sys.argv) and script is not None and os.path.abspath(script) == os.path.abspath(sys.argv[0]) and \
         os.path.basename(sys.argv[0]) in ("fedalf", "fedalf.exe")
 
 
