@@ -353,3 +353,10 @@ def test_example_runs_from_its_docstring_line(tmp_path, name):
     assert res.status == "done" and list(res.metrics["round"]) == [0, 2]
     assert np.isfinite(res.metrics["test_loss"]).all()
     assert ("personal_acc" in res.metrics) == (name != "fedlc")
+
+
+def test_a_program_run_resumes_exactly_from_the_cli(tmp_path):
+    """pFedMe (a client state, a personal model, own hyper-parameters) run for one round, then --resume'd in a
+    fresh process for the second: the model and metrics of two rounds in one go."""
+    from helpers import cli_resume_equals_one_go
+    cli_resume_equals_one_go(tmp_path, "examples.pfedme:pfedme")
