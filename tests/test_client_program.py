@@ -360,3 +360,40 @@ def test_a_program_run_resumes_exactly_from_the_cli(tmp_path):
     fresh process for the second: the model and metrics of two rounds in one go."""
     from helpers import cli_resume_equals_one_go
     cli_resume_equals_one_go(tmp_path, "examples.pfedme:pfedme")
+
+
+CELL = '''
+import jax
+import fedalf_jax as fj
+
+def init(ctx):
+    return ctx.theta
+
+def step(w, batch, ctx):
+    g = jax.grad(lambda p: fj.cross_entropy(batch, ctx.apply(p, batch.x)[0]))(w)
+    return jax.tree_util.tree_map(lambda p, gi: p - SCALE * ctx.lr * gi, w, g)
+
+def final(w, ctx):
+    return jax.tree_util.tree_map(lambda t, p: t - p, ctx.theta, w), ctx.state
+
+alg = fj.Algorithm("cellprog", server=fj.algorithms.weighted_mean_server, client=fj.ClientProgram(init, step, final))
+'''
+
+
+def test_a_programs_code_is_in_the_digest_of_an_algorithm_registered_directly(tmp_path):
+    """An Algorithm object written in a notebook's cell and registered as it is: the digest covers its program's
+    init, step and final and the global they read, so a changed global (a 3x step) is refused on --resume."""
+    import warnings
+    ns = {"SCALE": 1.0}
+    exec(compile(CELL, "<cell>", "exec"), ns)
+    fj.register_algorithm("cellprog48", ns["alg"])
+    small = dict(dataset="synthetic", model="mlp", clients=4, clients_per_round=2, synthetic_train=80,
+                 synthetic_test=40, batch_size=20, progress=False)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        fj.run(algorithm="cellprog48", out=str(tmp_path / "r"), rounds=1, **small)
+    lines = [str(w.message) for w in said if "code digest" in str(w.message)]
+    assert lines and "covers the code of final, init and step and 1 global value (SCALE)" in lines[0], lines
+    ns["SCALE"] = 3.0
+    with pytest.raises(fj.ConfigError, match=r"its code changed since the checkpoint .*the global SCALE"):
+        fj.run(algorithm="cellprog48", out=str(tmp_path / "r"), rounds=2, resume=True, **small)

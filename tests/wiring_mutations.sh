@@ -769,6 +769,8 @@ mutate examples/fedproto.py "return sums + onehot.T @ h" "return sums + onehot.T
   "client48: FedProto's prototypes not from the data pass's features" "$CP -k fedproto"
 mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    return spec' "    return spec" \
   "client48: the privacy refusal only once the round is traced (after the run directory is written)" "$CP -k privacy"
+mutate fedalf_jax/experiment/code_digest.py "        if obj.client is not None:  # a client program" "        if False:  # a client program" \
+  "client48: a directly registered Algorithm's program left out of the code digest (a changed step resumes)" "$CP -k digest"
 # end client48
 
 # issue 47 items 6 and 16: an older checkpoint is never a run's model, never with a resume; an ended run is never

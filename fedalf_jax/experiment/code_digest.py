@@ -149,7 +149,10 @@ def targets(obj) -> list:
     """The functions and classes that make up ``obj`` (a factory, a class, an Algorithm, a partial)."""
     from ..sim.algorithms import Algorithm
     if isinstance(obj, Algorithm):
-        return [t for f in dataclasses.fields(obj) if callable(v := getattr(obj, f.name)) for t in targets(v)]
+        out = [t for f in dataclasses.fields(obj) if callable(v := getattr(obj, f.name)) for t in targets(v)]
+        if obj.client is not None:  # a client program (a NamedTuple, not callable itself): its functions
+            out += [t for f in obj.client if f is not None for t in targets(f)]
+        return out
     if isinstance(obj, functools.partial):
         return targets(obj.func)
     try:
