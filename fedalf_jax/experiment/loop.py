@@ -568,8 +568,10 @@ def _check_diverged(slot: Slot, row: dict) -> None:
     their accuracies would be the argmax of NaN logits, issue 47 item 4)."""
     if not math.isfinite(row["test_loss"]):
         slot.status = "diverged"
+        own = f" or check the algorithm's own hyper-parameters ({', '.join(f'--hp {k}={v:g}' for k, v in slot.cfg.hp.items())})" \
+            if slot.cfg.hp else ""  # FedMGDA+'s --hp eps=-0.05: an empty QP box, NaN weights by design
         slot.message = (f"the global model diverged by round {row['round']} (test loss not finite); "
-                        f"lower --lr or --server-lr")
+                        f"lower --lr or --server-lr{own}")
     elif not math.isfinite(row.get("personal_test_loss", 0.0)):
         slot.status = "diverged"
         slot.message = (f"the clients' personal models diverged by round {row['round']} (personal test loss "
