@@ -537,11 +537,15 @@ def _cmd_sweep(args) -> int:
     counts: dict[str, int] = {}
     for r in res:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    done = [r for r in res if r["status"] == "done"]
-    best = max(done, key=lambda r: r["final"]["mean_acc"], default=None)
+    # ranked by what each run's algorithm deploys: its clients' own models (personal_acc) or the global model
+    done = [(r, *S.deployed_score(r["final"])) for r in res if r["status"] == "done" and r["final"]]
+    best = max((d for d in done if d[2] is not None), key=lambda d: d[2], default=None)
     print(f"{len(res)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f" -> {args.out}")
     if best is not None:
-        print(f"best: {best['name']} mean_acc {best['final']['mean_acc']:.4f} angle {best['final']['angle_deg']:.2f}°")
+        r, key, value = best
+        angle = r["final"]["personal_angle_deg" if key == "personal_acc" else "angle_deg"]
+        beside = f"; global mean_acc {r['final']['mean_acc']:.4f}" if key == "personal_acc" else ""
+        print(f"best: {r['name']} {key} {value:.4f} angle {angle:.2f}° (by {key}{beside})")
     return 0
 
 

@@ -272,11 +272,38 @@ def parse_shard(text: Optional[str], environ=None) -> Optional[tuple[int, int]]:
     return i, k
 
 
+def deployed_score(final: dict) -> tuple[str, Optional[float]]:
+    """``(metric, value)`` a run is ranked by, from its final evaluation row (``summary.json``'s ``final``): the
+    clients' own models' mean accuracy ``personal_acc`` for an algorithm with a personal model (what it
+    deploys), else the global model's ``mean_acc``; the value is ``None`` when it is not finite or the personal
+    models diverged (a ``personal_test_loss`` that is not finite: their accuracy is the argmax of NaN logits)."""
+    key = "personal_acc" if "personal_acc" in final else "mean_acc"
+    value = final.get(key)
+    if not isinstance(value, (int, float, np.floating)) or not math.isfinite(value):
+        return key, None
+    loss = final.get("personal_test_loss", math.nan)
+    if key == "personal_acc" and not (isinstance(loss, (int, float, np.floating)) and math.isfinite(loss)):
+        return key, None
+    return key, float(value)
+
+
+def _record_best(state: dict, final: dict) -> None:
+    """Keep the sweep's best deployed score (:func:`deployed_score`) and the metric it is by in ``state``."""
+    key, value = deployed_score(final)
+    if value is not None and value > state["best"]:
+        state["best"], state["best_by"] = value, key
+
+
+def _best_text(state: dict) -> str:
+    """The progress line's ``best=``: ``0.8100 by personal_acc`` (or ``by mean_acc``), ``-`` before any."""
+    return f"{state['best']:.4f} by {state['best_by']}" if state["best"] > -math.inf else "-"
+
+
 def _best_of_finished(entries, root, state) -> None:
     for e in entries:
         s = RunDir(root / e["dir"]).summary()
-        if s is not None and s.get("status") == "done":
-            state["best"] = max(state["best"], s["final"]["mean_acc"])
+        if s is not None and s.get("status") == "done" and s.get("final"):  # final null: eval_every=never
+            _record_best(state, s["final"])
 
 
 def results(out: str | Path) -> list[dict]:
@@ -357,10 +384,9 @@ class _Group:
 
         def on_row(slot, row):
             if row["round"] == slot.cfg.rounds and math.isfinite(row["mean_acc"]):
-                state["best"] = max(state["best"], row["mean_acc"])
+                _record_best(state, row)
                 state["done"] += 1
-            bar.postfix(runs=f"{state['done']}/{state['total']}",
-                        best=f"{state['best']:.4f}" if state["best"] > -math.inf else "-")
+            bar.postfix(runs=f"{state['done']}/{state['total']}", best=_best_text(state))
 
         for start, idx in sorted(by_start.items()):
             for k in range(0, len(idx), width):

@@ -54,6 +54,15 @@ seeds of the final mean accuracy, and the best score wins (ties: the smaller η)
 diverged seed in the cell is not eligible. Two done runs of one cell, η and seed (they differ only
 in options that name no variant, e.g. ``eval_every``) count once: the first by directory name.
 
+**A method is ranked by what it deploys.** For an algorithm with a personal model (``personal_model``:
+every done run of the cell has the ``personal_*`` columns) the deployed model is each client's own, so
+the accuracy of η's score is ``personal_acc`` (the clients' own models' mean accuracy), and the
+final-evaluation, worst-10% and last-evaluations tables show the personal model's numbers, marked
+``(personal)``, with the global model's beside them (``table.csv``: ``ranked_by`` is ``personal_acc``;
+``final_*`` stay the global model's, ``personal_*`` the personal one's). Other algorithms are ranked by the
+global model's ``mean_acc`` (``ranked_by`` ``mean_acc``). A personal model that diverged counts its run
+diverged (above), so its accuracy is never a score.
+
 **Numbers.** Per cell, over the winning η's seeds: the mean accuracy and the fairness angle (degrees,
 ``angle_deg``) at the final evaluation, and the same averaged over each run's last ``last``
 evaluations after round 0 (FedAvg-like curves swing between evaluations; round 0 evaluates the
@@ -77,8 +86,9 @@ accounting existed have none: blank.
 with η and seeds, the last-evaluations table, the η choice with every candidate's score, figures),
 ``table.csv`` (one row per cell; for an algorithm with a personal model, ``personal_acc_*`` and
 ``personal_angle_*``: each client's own model at the final evaluation, mean and std over seeds, blank
-for the other cells), and ``figures/``: per (model, dataset, partition) accuracy and angle
-vs round (seed mean ± std band, one line per variant at its η), a per-client accuracy heatmap at the
+for the other cells; ``ranked_by``: the accuracy η was chosen by), and ``figures/``: per (model, dataset,
+partition) accuracy and angle vs round (seed mean ± std band, one line per variant at its η; the global model's curves, also for a
+personalised algorithm), a per-client accuracy heatmap at the
 final evaluation (every client, ranked worst to best within each run, then the mean over seeds at each
 rank: :func:`heatmap_data`; cf. Fig. 9 of the FedALF paper), when FedALF and a
 private FedALF are both present, the privacy comparison (accuracy vs round), and, when a private variant

@@ -65,6 +65,18 @@ class Run:
     def cell_key(self) -> tuple:
         return self.cfg["model"], self.cfg["dataset"], self.cfg["partition"], self.variant
 
+    @property
+    def deploys_personal(self) -> bool:
+        """Whether the run's algorithm deploys each client's own model (it has a ``personal_model``: its
+        ``metrics.csv`` has the ``personal_*`` columns); such a run is ranked by ``personal_acc``."""
+        return "personal_acc" in self.personal
+
+    @property
+    def deployed_acc(self) -> np.ndarray:
+        """The mean accuracy per evaluation of the model the algorithm deploys: the clients' own models'
+        (``personal_acc``) for an algorithm with a personal model, else the global model's (``mean_acc``)."""
+        return self.personal["personal_acc"] if self.deploys_personal else self.acc
+
 
 def resolved_config(d: dict) -> dict:
     """The config dict with ``None`` options replaced by their resolved values (``Config.resolved_*``), and
@@ -432,6 +444,7 @@ class Cell:
     diverged: dict = dataclasses.field(default_factory=lambda: defaultdict(list))  # η -> [Run]
     scores: dict = dataclasses.field(default_factory=dict)                          # η -> seed-mean final acc
     eta: Optional[float] = None
+    personal: bool = False  # every done run deploys a personal model: η chosen by, and the table shows, personal_acc
 
     @property
     def where(self) -> str:
@@ -443,6 +456,12 @@ class Cell:
 
     def etas(self) -> list[float]:
         return sorted(set(self.done) | set(self.diverged))
+
+    @property
+    def ranked_by(self) -> str:
+        """The metric the cell's η is chosen by and its headline shows: ``personal_acc`` (the clients' own
+        models, what a personalised algorithm deploys) or ``mean_acc`` (the global model)."""
+        return "personal_acc" if self.personal else "mean_acc"
 
 
 def build_cells(runs: list[Run]) -> tuple[list[Cell], list[str]]:
@@ -473,15 +492,23 @@ def _index(options: tuple, value) -> int:
 
 
 def choose_eta(cell: Cell) -> list[str]:
-    """Pick the eligible η with the best seed-mean final accuracy (ties: the smaller η); messages."""
+    """Pick the eligible η with the best seed-mean final accuracy of the deployed model (ties: the smaller η):
+    the clients' own models' (``personal_acc``) when every done run of the cell has a personal model, else
+    the global model's; messages."""
     messages = []
+    done_runs = [r for rs in cell.done.values() for r in rs]
+    cell.personal = bool(done_runs) and all(r.deploys_personal for r in done_runs)
+    if not cell.personal and any(r.deploys_personal for r in done_runs):
+        some = sorted(r.name for r in done_runs if r.deploys_personal)
+        messages.append(f"{cell.where}: only {len(some)} of {len(done_runs)} runs record personal models "
+                        f"(personal_acc): ranked and shown by the global model's mean_acc: {_shorten(some)}")
     for eta in cell.etas():
         done, bad = cell.done.get(eta, []), cell.diverged.get(eta, [])
         if bad:
             messages.append(f"{cell.where}: η={eta:g} not eligible ({len(bad)} of {len(done) + len(bad)} "
                             f"seeds diverged: {_shorten(sorted(r.name for r in bad))})")
             continue
-        score = float(np.mean([r.acc[-1] for r in done]))
+        score = float(np.mean([(r.deployed_acc if cell.personal else r.acc)[-1] for r in done]))
         if math.isfinite(score):
             cell.scores[eta] = score
         else:

@@ -20,7 +20,7 @@ CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta"
                "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std", "final_worst10_mean",
                "final_worst10_std", "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
                "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std", "guarantee",
-               "eps_spent", "eps_spent_delta")
+               "eps_spent", "eps_spent_delta", "ranked_by")
 
 
 # ---- numbers ------------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ def cell_row(cell: Cell, last: int) -> dict:
     runs = cell.runs
     row = {"model": cell.model, "dataset": cell.dataset, "partition": cell.partition,
            "algorithm": cell.variant, "eta_option": cell.eta_option, "eta": cell.eta, "seeds": len(runs),
-           "rounds": _rounds(runs), "last_k": last}
+           "rounds": _rounds(runs), "last_k": last, "ranked_by": cell.ranked_by}
     series = {"final_acc": [r.acc[-1] for r in runs], "final_angle": [r.angle[-1] for r in runs],
               "lastK_acc": [_last_k(r, r.acc, last).mean() for r in runs],
               "lastK_angle": [_last_k(r, r.angle, last).mean() for r in runs]}
@@ -58,6 +58,9 @@ def cell_row(cell: Cell, last: int) -> dict:
     personal = row.get("personal", {})  # the CSV's personal_* columns: blank without a personal model
     row["personal_acc_mean"], row["personal_acc_std"] = personal.get("personal_acc", (None, None))
     row["personal_angle_mean"], row["personal_angle_std"] = personal.get("personal_angle_deg", (None, None))
+    if cell.personal:  # the deployed model's last-K numbers, for the headline tables (not in the CSV)
+        row["personal_lastK"] = {k: mean_std([_last_k(r, r.personal[k], last).mean() for r in runs])
+                                 for k in ("personal_acc", "personal_angle_deg")}
     return row
 
 
@@ -88,6 +91,21 @@ def format_cell(row: dict, which: str) -> str:
     """``0.851 ± 0.004 (3.1 ± 0.4°)`` for ``which`` in ``final``, ``lastK``."""
     acc = _pm(row[f"{which}_acc_mean"], row[f"{which}_acc_std"], 3)
     return f"{acc} ({_pm(row[f'{which}_angle_mean'], row[f'{which}_angle_std'], 1)}°)"
+
+
+def format_personal(row: dict, which: str) -> str:
+    """The clients' own models' ``0.810 ± 0.004 (3.1 ± 0.4°) (personal)`` for ``which`` in ``final``,
+    ``lastK`` (a cell whose algorithm deploys a personal model: :attr:`Cell.ranked_by`)."""
+    p = row["personal"] if which == "final" else row["personal_lastK"]
+    return f"{_pm(*p['personal_acc'], 3)} ({_pm(*p['personal_angle_deg'], 1)}°) (personal)"
+
+
+def _headline(cell: Cell, row: dict, which: str) -> str:
+    """What a table shows for a cell: the deployed model's numbers (the personal model's, marked, with the
+    global model's beside them, or the global model's)."""
+    if cell.personal:
+        return f"{format_personal(row, which)}<br>global: {format_cell(row, which)}"
+    return format_cell(row, which)
 
 
 # ---- Markdown and CSV ---------------------------------------------------------------------------
@@ -126,7 +144,7 @@ def _eta_candidates(cell: Cell) -> str:
             parts.append(f"**{text}**" if eta == cell.eta else text)
         else:
             parts.append(f"{eta:g}: non-finite")
-    return "; ".join(parts)
+    return ("by personal_acc: " if cell.personal else "") + "; ".join(parts)
 
 
 def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures: list[Path], out: Path) -> list[str]:
@@ -147,33 +165,38 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
         if c.eta is None:
             return "— (no eligible η)"
         row = rows[id(c)]
-        text = f"{format_cell(row, 'final')}<br>η={c.eta:g} ({_plural(row['seeds'], 'seed')})"
+        text = f"{_headline(c, row, 'final')}<br>η={c.eta:g} ({_plural(row['seeds'], 'seed')})"
         text += f"<br>guarantee: {row['guarantee']}" if row.get("guarantee") else ""
         if row.get("eps_spent") is not None:
             text += f"<br>ε spent: {row['eps_spent']:.3g} (δ={row['eps_spent_delta']:g})"
         return text
 
     lines = [f"## Model `{model}`", "", "### Final evaluation", "",
-             "mean accuracy ± std (fairness angle ± std) over seeds, at the chosen η", ""]
+             "mean accuracy ± std (fairness angle ± std) over seeds, at the chosen η; for an algorithm with a "
+             "personal model, its clients' own models (marked (personal), the global model's below)", ""]
     lines += _md_table(header, body(final))
 
     def worst(c: Cell) -> str:
         row = rows.get(id(c), {})
-        return "—" if c.eta is None or row.get("final_worst10_mean") is None else _pm(
+        glob = "—" if c.eta is None or row.get("final_worst10_mean") is None else _pm(
             row["final_worst10_mean"], row["final_worst10_std"], 3)
+        if c.eta is not None and c.personal:
+            return f"{_pm(*row['personal']['personal_worst10_acc'], 3)} (personal)<br>global: {glob}"
+        return glob
 
     lines += ["", "### The worst 10% of clients, final evaluation", "",
               "mean accuracy of the worst-scoring 10% of clients (`worst10_acc`) ± std over seeds, at the chosen η",
               ""]
     lines += _md_table(header, body(worst))
     lines += ["", f"### Mean of the last {last} evaluations of each run (after round 0)", ""]
-    lines += _md_table(header, body(lambda c: format_cell(rows[id(c)], "lastK") if c.eta is not None else "—"))
+    lines += _md_table(header, body(lambda c: _headline(c, rows[id(c)], "lastK") if c.eta is not None else "—"))
     by_server = sorted({c.variant for c in cells if c.eta_option == "server_lr" and any(
         r.cfg["algorithm"] not in ALGORITHMS for g in (c.done, c.diverged) for rs in g.values() for r in rs)})
     eta_text = "; ".join(["`server_lr` for FedLF client_grad=full"]
                          + [f"`server_lr` for {', '.join(by_server)} (its swept option)"] * bool(by_server))
     lines += ["", "### η choice", "", f"η (`lr`; {eta_text}): seed-mean final "
-              "accuracy (seeds); the chosen η in bold", ""]
+              "accuracy of the deployed model (seeds): the clients' own models' (`personal_acc`) for a cell "
+              "marked \"by personal_acc\", else the global model's (`mean_acc`); the chosen η in bold", ""]
     lines += _md_table(header, body(_eta_candidates))
     lines += _guarantee_notes(cells)
     lines += _spent_notes(cells)
@@ -227,7 +250,10 @@ def _spent_notes(cells: list[Cell]) -> list[str]:
 RULES = """\
 Only finished runs (status `done`) count. Per cell (model, algorithm variant, dataset × partition) the
 runs are grouped by η (`lr`; `server_lr` for FedLF with `client_grad=full`); the η with the best
-seed-mean final mean accuracy is chosen, and an η with a diverged seed is not eligible. Numbers are
+seed-mean final mean accuracy is chosen, and an η with a diverged seed is not eligible. A method is
+ranked by what it deploys: for an algorithm with a personal model (`personal_model`) the accuracy is
+its clients' own models' (`personal_acc`), for η's choice and in the tables (marked (personal), the
+global model's beside it). Numbers are
 mean ± sample std (ddof=1) over the chosen η's seeds; with one seed only the mean is shown. The angle
 is the fairness angle in degrees. Variants are named by the options that differ between the runs of
 an algorithm."""
@@ -253,7 +279,8 @@ def write_markdown(path: Path, cells: list[Cell], rows: dict, last: int, figures
         lines += ["", "## Personalised models", "",
                   "Each client's own model (the algorithm's personal_model) on its own test split, beside the global "
                   "model, at the last evaluation: mean accuracy (fairness angle), worst 10% of clients' accuracy; "
-                  "mean ± std over seeds.", ""]
+                  "mean ± std over seeds. The tables above show and rank these cells by the personalised model "
+                  "(what the algorithm deploys), at the η it scores best at.", ""]
         lines += _md_table(["cell", "algorithm", "global model", "personalised", "personalised worst 10%"], [
             [c.where, c.variant, format_cell(row, "final"),
              f"{_pm(*row['personal']['personal_acc'], 3)} ({_pm(*row['personal']['personal_angle_deg'], 1)}°)",
