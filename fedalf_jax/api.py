@@ -36,7 +36,9 @@ def _frame(rows: list[dict]):
 @dataclasses.dataclass(eq=False)
 class Result:
     """One run: ``config``, ``metrics`` (a DataFrame, one row per evaluation: ``round``, ``mean_acc``,
-    ``angle_deg``, ... and ``acc_i`` per client), ``status`` (``done``, ``diverged``, ``interrupted``,
+    ``angle_deg``, ... and ``acc_i`` per client; an empty DataFrame, and ``final`` ``{}``, for
+    ``eval_every="never"``, which evaluates nothing: ``summary["evaluated"]`` is false, ``summary["final"]``
+    ``None``), ``status`` (``done``, ``diverged``, ``interrupted``,
     ``running``), ``run_dir`` (``None`` for a run without ``out``), ``summary`` (``summary.json``) and
     ``model``: the final global model's variables ``{'params': ...}`` (read from the checkpoint on first
     use when the result was loaded); ``client_states`` and ``server_state`` from the checkpoint. A checkpoint

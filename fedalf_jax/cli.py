@@ -45,7 +45,10 @@ _HELP = {
     "mu": "FedProx μ", "q": "qFedAvg q",
     "epsilon": "privacy budget ε: per upload (each round a client takes part) for --ldp and --dp gaussian, for the "
                "whole run for --dp central (docs/privacy.md; default: 2.0)", "delta": "Gaussian DP δ",
-    "clip": "Gaussian DP clipping norm", "eval_every": "rounds per compiled chunk between evaluations",
+    "clip": "Gaussian DP clipping norm",
+    "eval_every": ("rounds between evaluations of every client (and at round 0 and the last round); 'never': no "
+                   "evaluation at all, for timing and throw-away runs: no metrics rows, no train loss, summary.json "
+                   "says \"evaluated\": false, and a diverged model goes undetected"),
     "out": "run directory (config.json, clients.json, metrics.csv, checkpoint.npz); "
            "default runs/<algorithm>-<model>-<time>",
     "history": "FedLF history rows (default: on for fedlf and fedalf)",
@@ -171,6 +174,16 @@ def version_text() -> str:
     return f"fedalf {__version__} (jax {installed('jax')}, jaxlib {installed('jaxlib')})"
 
 
+def _eval_every(s: str):
+    """``--eval-every``: a number of rounds, or ``never`` (no evaluation at all)."""
+    if s.strip().lower() == "never":
+        return "never"
+    try:
+        return int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of rounds or never, got {s!r}") from None
+
+
 def _bool(s: str) -> bool:
     v = s.lower()
     if v in ("on", "true", "1", "yes"):
@@ -238,6 +251,8 @@ def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False, skip: 
             kw["nargs"] = "+"
         if f.name in _CHOICES:
             kw["choices"] = _CHOICES[f.name]
+        elif f.name == "eval_every":
+            kw["type"], kw["metavar"] = _eval_every, "{N,never}"
         elif base is bool:
             kw["type"], kw["metavar"] = _bool, "{on,off}"
         elif base is int:
@@ -488,6 +503,9 @@ def _cmd_run(args) -> int:
     init_distributed(args)
     rows = run(cfg, progress=not args.no_progress, resume=args.resume, overwrite=args.overwrite, announce=announce)
     where = f" -> {cfg.out}" if cfg.out else ""
+    if not cfg.evaluates:  # --eval-every never: nothing evaluated to print
+        print(f"round {cfg.rounds}: not evaluated (--eval-every never){where}")
+        return 0
     if not rows:  # an ended run whose metrics.csv lost its rows (a run that computes writes at least one)
         raise ConfigError(f"the run in {cfg.out} has ended but its metrics.csv holds no evaluation; restore it, "
                           f"or run it again with --overwrite")
@@ -591,6 +609,9 @@ def _cmd_bench(args) -> int:
     if args.json:  # its folder made, and checked writable, before minutes of measuring
         _json_ready(Path(args.json))
     cfg = config_from_args(args)
+    if not cfg.evaluates:  # its timed calls are sized by --eval-every, and it times rounds without evaluating
+        raise ConfigError("fedalf bench takes --eval-every as a number of rounds (with --sweep-width: rounds per timed "
+                          "call); it times the rounds alone anyway: drop --eval-every never")
     if args.against is not None:
         cfg.replace(algorithm=args.against)  # a wrong name: one line now, before anything is built
     if args.pytorch and "algorithm" not in _given(args) and not (args.config and "algorithm" in json.loads(

@@ -16,7 +16,7 @@ import numbers
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..errors import ConfigError  # raised here and by every floor; fj.ConfigError is this class
 from ..sim.algorithms import DUAL_FROM, FAIR_NORMS, LOCAL_OPTIMIZERS, SERVER_TARGETS
@@ -131,7 +131,7 @@ class Config:
     clip: float = 1.0
     neighbouring: str = "add_remove"  # Gaussian DP: sensitivity clip (add/remove) or 2·clip (replace)
     # bookkeeping
-    eval_every: int = 10
+    eval_every: Union[int, str] = 10  # rounds between evaluations, or "never": no evaluation at all (timing runs)
     train_loss_every: int = 50  # rounds; the train loss passes over every training sample
     checkpoint_every: str = "300s"  # "N" rounds or "Ns" seconds; always at the end of a run; "never": none at all
     log: str = "csv"  # metrics.csv always; "tensorboard" also writes scalars with tensorboardX
@@ -320,6 +320,12 @@ class Config:
         return parse_every(self.checkpoint_every)
 
     @property
+    def evaluates(self) -> bool:
+        """False for ``eval_every="never"``: the run evaluates nothing (no round-0 row, no final row, no train
+        loss; so a diverged model is not detected either), only trains and checkpoints."""
+        return self.eval_every != "never"
+
+    @property
     def keeps_checkpoints(self) -> bool:
         """False for a throw-away run (``checkpoint_every="never"``): no checkpoint, not even at its end."""
         return self.checkpoint_policy[0] != "never"
@@ -379,9 +385,14 @@ class Config:
         if self.model == "cnn_bn" and (self.ldp != "none" or self.dp != "none"):
             raise ConfigError("model cnn_bn with a privacy mechanism: its batch-norm statistics would leave the "
                               "clients un-noised (the server averages them); use model cnn or mlp, or no mechanism")
-        for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "eval_every", "devices",
+        for name in ("rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "devices",
                      "train_loss_every", "synthetic_train", "synthetic_test"):
             _pos_int(name, getattr(self, name))
+        if isinstance(self.eval_every, str) and self.eval_every.strip().lower() == "never":
+            object.__setattr__(self, "eval_every", "never")  # one spelling in config.json, sweep.json, the identity
+        elif not isinstance(self.eval_every, int) or isinstance(self.eval_every, bool) or not 0 < self.eval_every <= INT_MAX:
+            raise ConfigError(f"eval_every must be a positive integer (at most {INT_MAX}) or never (no evaluation at "
+                              f"all), got {_shown(self.eval_every)}")
         _nonneg_int("seed", self.seed, 2 ** 32 - 1)
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients}); "

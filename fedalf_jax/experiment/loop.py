@@ -146,9 +146,11 @@ class Program:
         make = lambda: self._jit(round, (0, 0, self.data_axes), donate=True)  # noqa: E731
         return self._compile(("round",), make, (state, hp, data))
 
-    def loop_programs(self, state, hp, data) -> list:
+    def loop_programs(self, state, hp, data, evaluates: bool = True) -> list:
         """Every program the run loop calls, compiled (the arguments may be shapes alone): one round, the
-        evaluation, the train loss."""
+        evaluation, the train loss; the round alone when the run ``evaluates`` nothing (``eval_every="never"``)."""
+        if not evaluates:
+            return [self.compiled_round(state, hp, data)]
         return [self.compiled_round(state, hp, data), self.compiled(0, state, hp, data),
                 self.compiled_train_loss(state, hp, data)]
 
@@ -392,6 +394,7 @@ class Slot:
     retired: bool = False  # a diverged run whose slot no longer counts
     checkpointed: Optional[int] = None  # the round of the last checkpoint written to disk by this call
     variables: Any = None  # the final global model (host arrays), once the run has ended
+    reached: Optional[int] = None  # the last round trained by this call (an eval_every=never run has no rows to say it)
     t0: float = dataclasses.field(default_factory=time.perf_counter)
 
     @property
@@ -434,7 +437,11 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     (the compile left to its daemon thread, nothing written); later, the round in flight finishes and the
     chunk is cut there: that round is evaluated (without the train loss, unless due), recorded and
     checkpointed. A resume from it evaluates at the usual rounds again (round ``t``'s randomness is
-    ``fold_in(key, t)``: every round computes the same whatever the rounds around it)."""
+    ``fold_in(key, t)``: every round computes the same whatever the rounds around it).
+
+    ``eval_every="never"`` (:attr:`Config.evaluates` false): no evaluation at all (no round-0 row, no train
+    loss, no rows; a diverged model goes undetected); the checkpoints follow ``checkpoint_every`` round by
+    round, the last round's and a signal's included, and the evaluation programs are not compiled."""
     batched = program.batched
     cfg = next(s for s in slots if s is not None).cfg
     schedule = Schedule(cfg, start)
@@ -476,7 +483,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
 
     def one_round(state):
         state, metrics = program.compiled_round(state, hp, data)(state, hp, data)
-        return jax.block_until_ready(state), to_host(metrics)
+        return jax.block_until_ready(state), (to_host(metrics) if evaluates else None)  # only rows need them
 
     def evaluate(state):
         state, out = program.compiled(0, state, hp, data)(state, hp, data)
@@ -494,6 +501,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         return e
 
     sizes = _param_sizes(state.variables, batched)  # the tensors a mechanism perturbs: privacy_spent
+    evaluates = cfg.evaluates  # False: eval_every=never, a run that only trains (and checkpoints)
     ckpt = Checkpointer()
     t = start
     try:
@@ -502,13 +510,13 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             INTERRUPT.checkpoints = keeps  # what the signal's line promises
             try:  # nothing computed yet: a signal leaves now, the compile left to its thread
                 state, hp, data = _interruptible(program.place, state, hp, data, abandon=True)
-                _interruptible(program.loop_programs, state, hp, data, abandon=True)
+                _interruptible(program.loop_programs, state, hp, data, evaluates, abandon=True)
             except _Abandoned:
                 raise stopped(saved=False) from None
             # The initial variables, evaluated as round 0 after the first evaluation (``row0``).
             personal = program.spec.algorithm.personal_model is not None  # round 0 also evaluates the initial states
             variables0 = (jax.tree_util.tree_map(jnp.copy, (state.variables, (state.duals, state.clients) if personal else None))
-                          if start == 0 else None)
+                          if start == 0 and evaluates else None)
             if progress is not None:
                 progress.start_rounds()  # the rate (and ETA) counts rounds from here: not the compile
             pending, t0 = [], time.perf_counter()  # the rounds' metrics since the last evaluation
@@ -518,10 +526,22 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                     progress.begin_call(live, t + 1, t + 1)
                 INTERRUPT.until = t + 1
                 state, metrics = _interruptible(one_round, state, on_signal=stopping)
-                pending.append(metrics)
                 t += 1
+                for slot in slots:
+                    if slot is not None and slot.live:
+                        slot.reached = t
                 if progress is not None:
                     progress.end_call(1)
+                if not evaluates:  # eval_every=never: a checkpoint when due (at the end, after a signal), no rows
+                    ckpt.check()
+                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):
+                        if INTERRUPT.requested:
+                            stopping()
+                        ckpt.wait()
+                        _checkpoint(ckpt, slots, state, batched)
+                        schedule.done(t)
+                    continue
+                pending.append(metrics)
                 if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):
                     continue
                 if INTERRUPT.requested:
@@ -650,8 +670,11 @@ def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None, rebuilt:
     for w in slot.writers:
         w.close()
     slot.writers = []
-    if not slot.rows or (slot.status == "running" and slot.rows[-1]["round"] < slot.cfg.rounds):
+    evaluated = slot.cfg.evaluates  # eval_every=never: no rows; the rounds reached say whether it ended
+    if evaluated and (not slot.rows or (slot.status == "running" and slot.rows[-1]["round"] < slot.cfg.rounds)):
         return  # interrupted (or nothing ran): no summary, so the run stays resumable
+    if not evaluated and slot.status == "running" and slot.reached != slot.cfg.rounds:
+        return  # (the same for a run that evaluates nothing)
     if (slot.status == "running" and slot.rundir is not None and rebuilt is None
             and slot.checkpointed != slot.cfg.rounds and slot.cfg.keeps_checkpoints):
         return  # its last checkpoint was not written (the write failed, or a second signal): --resume redoes it
@@ -659,9 +682,10 @@ def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None, rebuilt:
         slot.status = "done"
     if slot.rundir is None:
         return
-    last = slot.rows[-1]
-    summary = {"status": slot.status, "rounds": slot.cfg.rounds, "round": last["round"],
-               "final": {k: v for k, v in last.items() if k != "acc"},
+    last = slot.rows[-1] if evaluated else {"round": slot.reached}
+    # "evaluated": false (eval_every=never): no final row, "final" null; the run's divergence is not known
+    summary = {"status": slot.status, "rounds": slot.cfg.rounds, "round": last["round"], "evaluated": evaluated,
+               "final": {k: v for k, v in last.items() if k != "acc"} if evaluated else None,
                "compile_s": compile_s, "wall_s": time.perf_counter() - slot.t0}
     if rebuilt:
         summary.update(compile_s=None, wall_s=None, rebuilt=rebuilt)
@@ -742,13 +766,13 @@ def _rebuild_summary(cfg: Config, rd: RunDir, state, writer: bool) -> Slot:
     ``metrics.csv`` has no row of the last round. Raises ``FloatingPointError`` for a diverged run, as
     its end did."""
     rows = rows_of(rd)
-    if not rows or rows[-1]["round"] != cfg.rounds:
+    if cfg.evaluates and (not rows or rows[-1]["round"] != cfg.rounds):
         have = f"its last row is of round {rows[-1]['round']}" if rows else "it has no rows"
         raise ConfigError(f"{rd.path} has the checkpoint of its last round ({cfg.rounds}) but no summary.json, and "
                           f"its metrics.csv cannot rebuild it ({have}): restore summary.json or metrics.csv, or "
                           f"run it again with --overwrite")
-    slot = Slot(cfg, rd if writer else None, rows=rows, variables=to_host(state.variables))
-    for row in rows:
+    slot = Slot(cfg, rd if writer else None, rows=rows, variables=to_host(state.variables), reached=cfg.rounds)
+    for row in rows if cfg.evaluates else ():  # eval_every=never: no row to say it diverged
         _check_diverged(slot, row)
         if slot.status == "diverged":
             break
@@ -794,8 +818,9 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
                     if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
                         return _rebuild_summary(cfg, rd, state, writer)
                 if resume and (ended := _ended(cfg, rd)) is not None:  # its checkpoint, if any, may be older
-                    if writer and ended.rows:  # (issue 47 item 6: a plain --resume never re-opens an ended run;
-                        at = ended.rows[-1]["round"]  # without rows, the command's error says what is wrong)
+                    if writer and (ended.rows or ended.reached):  # (issue 47 item 6: a plain --resume never
+                        # re-opens an ended run; without rows, the command's error says what is wrong)
+                        at = ended.reached or ended.rows[-1]["round"]  # reached: an unevaluated run's (never)
                         more = " (--rounds N continues it)" if ended.status == "done" else ""
                         bar.write(f"fedalf: the run in {rd.path} has already ended ({ended.status} at round {at}): "
                                   f"nothing to run, nothing rewritten{more}")
@@ -829,10 +854,12 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
                 bar.postfix(acc=f"{row['mean_acc']:.4f}", angle=f"{row['angle_deg']:.2f}°",
                             s_round=f"{row['seconds_per_round']:.3f}", **({} if eps is None else {"eps": f"{eps:.3g}"}))
 
+            if not cfg.evaluates:
+                bar.postfix(eval="never")  # no accuracy will show: say why
             try:
                 train(prog, [slot], state, exp.hp, exp.data, start=start, progress=bar, on_row=show)
             finally:
-                kept = bool(slot.rows)
+                kept = bool(slot.rows) or slot.reached is not None
     finally:
         bar.close(failed=not kept)
     if slot.status == "diverged":
@@ -847,7 +874,8 @@ def _ended(cfg: Config, rd: RunDir) -> Optional[Slot]:
     s = rd.summary()
     if s is None or s.get("rounds") != cfg.rounds or s.get("status") not in ("done", "diverged"):
         return None
-    return Slot(cfg, rd, rows=rows_of(rd), status=s["status"], message=s.get("message", ""))
+    return Slot(cfg, rd, rows=rows_of(rd), status=s["status"], message=s.get("message", ""),
+                reached=s.get("round") if s.get("evaluated") is False else None)  # eval_every=never: no rows
 
 
 def _prepare(cfg: Config):

@@ -406,6 +406,9 @@ class _Group:
                 for s in slots:
                     if s is not None and s.status == "diverged":
                         state["done"] += 1
+                    elif s is not None and s.status == "done" and not s.cfg.evaluates:  # eval_every=never: no row
+                        state["done"] += 1  # counted it (on_row)
+                        bar.postfix(runs=f"{state['done']}/{state['total']}", eval="never")
 
     def inputs(self, idx: list[int]):
         """The stacked ``(state, hp, data)`` of the runs ``idx`` (a program call's slots)."""

@@ -156,6 +156,10 @@ def report(paths: list[str], out: str, *, last: int = 5) -> dict:
     runs, skipped, messages = load_runs(rundirs)
     name_variants(runs)
     cells, notes = build_cells(runs)
+    if not any(c.done for c in cells) and set(skipped) == {"unevaluated"}:  # nothing but eval_every=never runs
+        raise ConfigError(f"none of the {len(rundirs)} runs in {', '.join(map(str, paths))} was evaluated (run with "
+                          f"--eval-every never): nothing to report; run them with --eval-every N, or pass other "
+                          f"directories")
     if not any(c.done for c in cells):
         counts = ", ".join(f"{len(v)} {STATUS_WORDS.get(k, k)}" for k, v in skipped.items())
         raise ConfigError(f"none of the {len(rundirs)} runs in {', '.join(map(str, paths))} has finished "

@@ -281,7 +281,8 @@ _WHY = {"running": "not finished; fedalf sweep --resume or fedalf run --resume f
         "ended": "their metrics reach their last round but summary.json is missing; fedalf sweep --resume or "
                  "fedalf run --resume writes it",
         "new": "not started", "diverged": "they make their η ineligible in their cell",
-        "empty": "metrics.csv holds no evaluation"}
+        "empty": "metrics.csv holds no evaluation",
+        "unevaluated": "run with --eval-every never: nothing was evaluated to report"}
 
 
 STATUS_WORDS = {"ended": "ended (no summary.json)"}  # a status as the report's counts say it
@@ -308,7 +309,9 @@ def _read_run(rd: RunDir, status: str) -> Run:
     run.order = (_index(ALGORITHMS, cfg["algorithm"]), _index(_PRIVACY_ORDER, _privacy(cfg)))
     run.guarantee = run_guarantee(rd)
     run.spent = run_spent(rd)
-    if status == "done" and not _load_curves(run, rd):
+    if status == "done" and (rd.summary() or {}).get("evaluated") is False:
+        run.status = "unevaluated"  # eval_every=never: its summary says so; rows of an earlier call are not its end
+    elif status == "done" and not _load_curves(run, rd):
         run.status = "empty"
     elif status == "done" and (bad := _personal_diverged(run)) is not None:
         run.status = "diverged"  # as the run loop marks it now (issue 47 item 4): never shown as accuracies
