@@ -114,6 +114,12 @@ def test_cli_run_checkpoints_on_its_own_cadence_and_says_it_was_not_evaluated(tm
     assert main(["run", "--resume", "--out", str(a), "--no-progress"]) == 0
     assert "has already ended (done at round 5)" in capsys.readouterr().err
     assert (a / "summary.json").read_bytes() == before
+    # its summary.json lost: --resume rebuilds it from the checkpoint of its last round (no rows to need)
+    (a / "summary.json").unlink()
+    assert main(["run", "--resume", "--out", str(a), "--no-progress"]) == 0
+    rebuilt = json.loads((a / "summary.json").read_text())
+    assert (rebuilt["status"], rebuilt["round"], rebuilt["evaluated"], rebuilt["final"]) == ("done", 5, False, None)
+    assert "rebuilt" in rebuilt
 
 
 def test_a_signal_saves_a_checkpoint_and_the_resume_gives_the_bits_of_one_go(tmp_path, capsys, monkeypatch,

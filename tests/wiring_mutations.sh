@@ -115,8 +115,8 @@ mutate fedalf_jax/experiment/loop.py "if schedule.due(t, t == cfg.rounds) or INT
 mutate fedalf_jax/interrupt.py "        if not self.requested:
             self.requested, self.signum = True, signum" "        if True:
             self.requested, self.signum = True, signum" "trust: a second Ctrl-C is ignored" "$T -k second_ctrl_c"
-mutate fedalf_jax/experiment/loop.py 'say(f"nothing to resume in {rd.path} (no checkpoint yet): starting from round 0")' 'pass' \
-  "trust: --resume of a new folder says nothing" "$T -k never_ran"
+mutate fedalf_jax/experiment/loop.py '                    bar.write(f"fedalf: nothing to resume in {rd.path} ({why}): starting from round 0")' \
+  '                    pass' "trust: --resume of a new folder says nothing" "$T -k never_ran"
 
 # issue #14 (labels start with "gpu"): the server's depth, its count, and what runs batched
 Q=tests/test_qp.py; F=tests/test_fairness.py; B=tests/test_bench.py
@@ -863,5 +863,38 @@ mutate fedalf_jax/experiment/identity.py '        said = f"changed: {_listed(wha
   "trust47-digest: the refusal does not name the changed file" "$TD -k resume_refuses"
 mutate fedalf_jax/experiment/identity.py "    elif old == registry.previous_code(kind, name):" "    elif False:" \
   "trust47-digest: an issue-36 checkpoint is not compared the way its digest was made" "$TD -k issue36"
+
+# issue 49 item 3: --eval-every never, no evaluation at all (labels start with "eval49"), tests/test_eval_never.py
+EN=tests/test_eval_never.py
+mutate fedalf_jax/experiment/config.py '        return self.eval_every != "never"' '        return True' \
+  "eval49: a never run evaluates anyway (Config.evaluates always true)" "$EN -k bits"
+mutate fedalf_jax/experiment/loop.py $'        if not evaluates:\n            return [self.compiled_round(state, hp, data)]\n' '' \
+  "eval49: the evaluation programs are compiled for a run that never evaluates" "$EN -k bits"
+mutate fedalf_jax/experiment/loop.py $'                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):\n                        if INTERRUPT.requested:' \
+  $'                    if t == cfg.rounds or INTERRUPT.requested:\n                        if INTERRUPT.requested:' \
+  "eval49: a never run checkpoints only at its end, not on --checkpoint-every's cadence" "$EN -k cadence"
+mutate fedalf_jax/experiment/loop.py $'                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):\n                        if INTERRUPT.requested:' \
+  $'                    if schedule.due(t, t == cfg.rounds):\n                        if INTERRUPT.requested:' \
+  "eval49: a signal to a never run leaves no checkpoint of the round in flight" "$EN -k signal"
+mutate fedalf_jax/experiment/loop.py '    if evaluated and (not slot.rows or (slot.status' '    if (not slot.rows or (slot.status' \
+  "eval49: a finished never run writes no summary (no rows)" "$EN -k bits"
+mutate fedalf_jax/experiment/loop.py '"round": last["round"], "evaluated": evaluated,' '"round": last["round"],' \
+  "eval49: the summary does not say that nothing was evaluated" "$EN -k bits"
+mutate fedalf_jax/experiment/loop.py '    if cfg.evaluates and (not rows or rows[-1]["round"] != cfg.rounds):' \
+  '    if (not rows or rows[-1]["round"] != cfg.rounds):' \
+  "eval49: a never run's lost summary is not rebuilt (no rows)" "$EN -k cadence"
+mutate fedalf_jax/experiment/loop.py '                    if writer and (ended.rows or ended.reached):' '                    if writer and ended.rows:' \
+  "eval49: a --resume of an ended never run does not say it ended" "$EN -k cadence"
+mutate fedalf_jax/cli.py '    if not cfg.evaluates:  # --eval-every never: nothing evaluated to print' '    if False:' \
+  "eval49: fedalf run --eval-every never ends refusing its empty metrics.csv" "$EN -k cadence"
+mutate fedalf_jax/cli.py '    if not cfg.evaluates:  # its timed calls' '    if False:' \
+  "eval49: fedalf bench --eval-every never is not refused in one line" "$EN -k mistakes"
+mutate fedalf_jax/experiment/sweep.py ' and s.get("final"):  # final null: eval_every=never' ':' \
+  "eval49: a sweep's resume reads a never run's null final" "$EN -k sweep"
+mutate fedalf_jax/reporting/runs.py '    if status == "done" and (rd.summary() or {}).get("evaluated") is False:' '    if False:' \
+  "eval49: the report skips a never run as an empty one, not saying why" "$EN -k report"
+mutate fedalf_jax/reporting/__init__.py '    if not any(c.done for c in cells) and set(skipped) == {"unevaluated"}:' '    if False:' \
+  "eval49: a report of never runs alone says to finish them" "$EN -k report"
+# end eval49
 
 exit $status
