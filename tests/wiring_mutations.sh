@@ -864,6 +864,31 @@ mutate fedalf_jax/experiment/identity.py '        said = f"changed: {_listed(wha
 mutate fedalf_jax/experiment/identity.py "    elif old == registry.previous_code(kind, name):" "    elif False:" \
   "trust47-digest: an issue-36 checkpoint is not compared the way its digest was made" "$TD -k issue36"
 
+# issue 48 item 6: the report and a sweep's best= rank a personalised method by what it deploys (label "deploy48")
+TDP=tests/test_report_deployed.py
+mutate fedalf_jax/reporting/runs.py "        score = float(np.mean([(r.deployed_acc if cell.personal else r.acc)[-1] for r in done]))" \
+  "        score = float(np.mean([r.acc[-1] for r in done]))" "deploy48: a personalised cell's η chosen by its global model" \
+  "$TDP -k personalised_cell"
+mutate fedalf_jax/reporting/runs.py "    cell.personal = bool(done_runs) and all(r.deploys_personal for r in done_runs)" \
+  "    cell.personal = False" "deploy48: no cell is personalised (global numbers, ranked_by mean_acc)" \
+  "$TDP::test_a_personalised_cell_is_chosen_and_shown_by_its_personal_models $TDP::test_the_headline_tables_show_the_personal_model_marked"
+mutate fedalf_jax/reporting/tables.py "        text = f\"{_headline(c, row, 'final')}<br>η=" "        text = f\"{format_cell(row, 'final')}<br>η=" \
+  "deploy48: the final-evaluation cell shows the global model" "$TDP -k headline"
+mutate fedalf_jax/reporting/tables.py "        if c.eta is not None and c.personal:" "        if False:" \
+  "deploy48: the worst-10% cell shows the global model" "$TDP -k headline"
+mutate fedalf_jax/reporting/tables.py 'body(lambda c: _headline(c, rows[id(c)], "lastK")' 'body(lambda c: format_cell(rows[id(c)], "lastK")' \
+  "deploy48: the last-evaluations cell shows the global model" "$TDP -k headline"
+mutate fedalf_jax/experiment/sweep.py '    key = "personal_acc" if "personal_acc" in final else "mean_acc"' '    key = "mean_acc"' \
+  "deploy48: best= by the global mean_acc whatever the algorithm" "$TDP::test_the_sweeps_best_says_what_it_is_by $TDP::test_deployed_score_names_its_metric"
+mutate fedalf_jax/experiment/sweep.py "                _record_best(state, row)" \
+  '                state["best"], state["best_by"] = max(state["best"], row["mean_acc"]), "mean_acc"' \
+  "deploy48: the progress line's best= by the global mean_acc" "$TDP -k sweeps_best"
+mutate fedalf_jax/cli.py '    done = [(r, *S.deployed_score(r["final"])) for r in res' '    done = [(r, "mean_acc", r["final"]["mean_acc"]) for r in res' \
+  "deploy48: the closing best: line by the global mean_acc" "$TDP -k sweeps_best"
+mutate fedalf_jax/experiment/sweep.py '    if key == "personal_acc" and not (isinstance(loss,' '    if False and not (isinstance(loss,' \
+  "deploy48: a diverged personal model's accuracy counts as a best= score" "$TDP -k deployed_score"
+# end deploy48
+
 # issue 49 item 3: --eval-every never, no evaluation at all (labels start with "eval49"), tests/test_eval_never.py
 EN=tests/test_eval_never.py
 mutate fedalf_jax/experiment/config.py '        return self.eval_every != "never"' '        return True' \
