@@ -742,9 +742,10 @@ mutate fedalf_jax/experiment/registry.py '        if kind == "dataset":' '      
 
 # issue 48 item 1 (the client program) and item 8 (FedLC, pFedMe, FedProto) (labels start with "client48")
 CP=tests/test_client_program.py
-mutate fedalf_jax/sim/program.py "return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None" \
-  "return carry, None" "client48: the carry step returns is not threaded to the next step" "$CP -k bit_for_bit"
-mutate fedalf_jax/sim/program.py "lambda a, c: jnp.where(live, c, a)" "lambda a, c: c" \
+EPOCH=$'\n\n        carry, _ = jax.lax.scan(step, carry, jnp.arange(steps))'  # the epoch loop's step, not --local-steps
+mutate fedalf_jax/sim/program.py "return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None$EPOCH" \
+  "return carry, None$EPOCH" "client48: the carry step returns is not threaded to the next step" "$CP -k bit_for_bit"
+mutate fedalf_jax/sim/program.py "lambda a, c: jnp.where(live, c, a), carry, new), None$EPOCH" "lambda a, c: c, carry, new), None$EPOCH" \
   "client48: a compiled step past the client's examples changes the carry" "$CP -k context"
 mutate fedalf_jax/sim/program.py ".at[y_pool[idx]].add(real)" ".at[y_pool[idx]].add(1)" \
   "client48: label counts count the padded rows" "$CP -k context"
