@@ -16,11 +16,11 @@ from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config
 from ..experiment.rundir import PERSONAL_KEYS
 from .runs import STATUS_WORDS, Cell, Run, _index, _plural, _shorten, cell_guarantee, cell_spent
 
-CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "seeds", "rounds", "last_k",
-               "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std", "final_worst10_mean",
+CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "ranked_by", "seeds", "rounds",
+               "last_k", "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std", "final_worst10_mean",
                "final_worst10_std", "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
                "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std", "guarantee",
-               "eps_spent", "eps_spent_delta", "ranked_by")
+               "eps_spent", "eps_spent_delta")
 
 
 # ---- numbers ------------------------------------------------------------------------------------
