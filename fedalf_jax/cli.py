@@ -88,6 +88,12 @@ _HELP = {
     "model": "cnn (the paper's), cnn_bn (with batch norm; no privacy mechanism), mlp (200-200, FedLF's FMNIST model), "
              "or your own flax module's factory as module:attribute (docs/extending.md)",
     "rounds": "communication rounds", "local_epochs": "local epochs E per round", "batch_size": "local minibatch size B",
+    "local_steps": "K local minibatch steps per round instead of epochs (exclusive with --local-epochs): each of B "
+                   "examples, cycling through reshuffled passes over the client's data (fewer than B examples: all "
+                   "of them every step) (default: none: --local-epochs)",
+    "eval_average": "also evaluate the averaged iterate, the mean of the global models after rounds 1..t (AFL's "
+                    "reported model): avg_* columns beside the last iterate's in metrics.csv and summary.json "
+                    "(default: off)",
     "server_lr_decay": "per-round decay of η_g: round t steps η_g·server_lr_decay^t (default per algorithm: fedlf "
                        "and fedalf 0.999, 1.0 (none) for the others and your own)",
     "client_grad": "FedLF's client: full (full-batch gradient, FedLF's rule) or local (E epochs of SGD, like the others)",
@@ -204,14 +210,16 @@ def _default_text(f: dataclasses.Field) -> str:
 FLAG_GROUPS = {
     "data and partition": ("dataset", "data_dir", "data_source", "synthetic_like", "synthetic_train",
                            "synthetic_test", "partition", "assign", "alpha"),
-    "federated training": ("algorithm", "rounds", "clients", "clients_per_round", "local_epochs", "batch_size", "lr",
+    "federated training": ("algorithm", "rounds", "clients", "clients_per_round", "local_epochs", "local_steps",
+                           "batch_size", "lr",
                            "lr_decay", "server_lr", "server_lr_decay", "local_optimizer", "seed"),
     "the algorithms' options": ("mu", "rho", "q", "client_grad", "history", "history_tau", "layers", "merge_tol",
                                 "qp_method", "server_target", "dual_from", "fair_norm", "hp"),
     "privacy": ("ldp", "ldp_on", "dp", "epsilon", "delta", "clip", "neighbouring"),
     "model and execution": ("model", "conv_impl", "client_map", "run_map", "devices", "state_dtype",
                             "matmul_precision"),
-    "evaluation, checkpoints and output": ("eval_every", "train_loss_every", "checkpoint_every", "log", "out"),
+    "evaluation, checkpoints and output": ("eval_every", "eval_average", "train_loss_every", "checkpoint_every", "log",
+                                           "out"),
 }
 
 
@@ -289,6 +297,8 @@ def _hp_flag(p: argparse.ArgumentParser, multi: bool, text: str) -> None:
 def _given(args: argparse.Namespace) -> dict:
     out = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
            if getattr(args, f.name, None) is not None}
+    if "local_steps" in out and "local_epochs" in out:  # (a config file's local_epochs 1 is its default)
+        raise ConfigError("--local-steps and --local-epochs both set the local work per round; give one of them")
     if "hp" in out:  # [(name, value)], or [(name, [values])] for fedalf sweep
         pairs, out["hp"] = out["hp"], {}
         for name, v in pairs:

@@ -136,7 +136,8 @@ def bench(cfg: Config, *, repeats: int = 5, sequential: bool = True, depth_width
     say(f"loading the data and building the {cfg.algorithm} round (model {cfg.model}, {cfg.dataset} data)")
     exp = build(cfg)
     spec, hp, data = exp.spec, exp.hp, exp.data
-    steps = cfg.local_epochs * steps_per_epoch(int(data.train_idx.shape[1]), cfg.batch_size)
+    steps = (cfg.local_steps if cfg.local_steps is not None else  # the compiled steps per client (--local-steps K)
+             cfg.local_epochs * steps_per_epoch(int(data.train_idx.shape[1]), cfg.batch_size))
     res.update({
         "backend": jax.default_backend(),
         "device": str(jax.devices()[0]),
@@ -198,6 +199,9 @@ def check_pytorch_config(cfg: Config) -> None:
     if cfg.algorithm != "fedavg" or cfg.model != "cnn":
         raise ConfigError(f"--pytorch compares FedAvg's CNN round; this is {cfg.algorithm} with model {cfg.model} "
                           f"(drop --algorithm/--model, or give --algorithm fedavg --model cnn)")
+    if cfg.local_steps is not None:  # the PyTorch loop trains epochs (--epochs): it would time other work
+        raise ConfigError(f"--pytorch times local epochs; --local-steps {cfg.local_steps} has no PyTorch "
+                          f"counterpart: drop --local-steps (use --local-epochs)")
     try:
         info = dataset_info(cfg.dataset, synthetic_like=cfg.synthetic_like)
     except DataError:

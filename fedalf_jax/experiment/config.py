@@ -98,6 +98,9 @@ class Config:
     clients: int = 100
     clients_per_round: int = 10
     local_epochs: int = 1
+    # K minibatch steps per round instead of local_epochs epochs (issue 48; None: epochs); a client's steps cycle
+    # through reshuffled passes over its data, B examples each (sim.client.step_batches)
+    local_steps: Optional[int] = None
     batch_size: int = 50
     lr: float = 0.05
     lr_decay: float = 0.999
@@ -133,6 +136,9 @@ class Config:
     # bookkeeping
     eval_every: Union[int, str] = 10  # rounds between evaluations, or "never": no evaluation at all (timing runs)
     train_loss_every: int = 50  # rounds; the train loss passes over every training sample
+    # also evaluate the averaged iterate θ̄_t = mean(θ_1..θ_t) (AFL's reported model), in avg_* columns beside
+    # the last iterate's; kept in the run state (checkpointed), so part of the run's identity
+    eval_average: bool = False
     checkpoint_every: str = "300s"  # "N" rounds or "Ns" seconds; always at the end of a run; "never": none at all
     log: str = "csv"  # metrics.csv always; "tensorboard" also writes scalars with tensorboardX
     seed: int = 0
@@ -229,6 +235,9 @@ class Config:
             del d["hp"]
         if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)
             del d["local_optimizer"]
+        for name, off in (("local_steps", None), ("eval_average", False)):  # issue 48's: likewise when off
+            if d[name] is off:
+                del d[name]
         return d
 
     def identity(self) -> dict:
@@ -394,6 +403,13 @@ class Config:
             raise ConfigError(f"eval_every must be a positive integer (at most {INT_MAX}) or never (no evaluation at "
                               f"all), got {_shown(self.eval_every)}")
         _nonneg_int("seed", self.seed, 2 ** 32 - 1)
+        if self.local_steps is not None:
+            _pos_int("local_steps", self.local_steps)
+            if self.local_epochs != 1:
+                raise ConfigError(f"local_steps {self.local_steps} and local_epochs {self.local_epochs} both set the "
+                                  f"local work per round; give one of --local-steps and --local-epochs")
+        if not isinstance(self.eval_average, bool):
+            raise ConfigError(f"eval_average must be true or false (on/off), got {_shown(self.eval_average)}")
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients}); "
                               f"lower --clients-per-round or raise --clients")

@@ -413,6 +413,10 @@ def eval_row(t: int, out, train_loss, sec: float) -> dict:
         row.update(zip(PERSONAL_KEYS, (p["mean_acc"], p["std_acc"], p["angle_deg"], p["worst10_acc"],
                                        float(np.mean(ev.personal_loss)))))
     row.update({k: float(np.mean(v)) if np.size(v) else math.nan for k, v in rounds.items()})
+    if ev.avg_acc is not None:  # the averaged iterate (--eval-average): rundir.average_columns
+        a = np.asarray(ev.avg_acc, np.float64)
+        row.update({f"avg_{k}": v for k, v in M.summarize(a).items()}, avg_test_loss=float(np.mean(ev.avg_test_loss)))
+        row.update({f"avg_acc_{i}": float(x) for i, x in enumerate(a)})
     row["acc"] = acc
     return row
 
@@ -471,9 +475,11 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         def work():
             at0 = state._replace(variables=variables0)
             at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])
+            if program.spec.eval_average:  # the averaged iterate of no round yet: θ_0 (its own buffers: donated)
+                at0 = at0._replace(average=jax.tree_util.tree_map(jnp.copy, variables0))
             st, out = program(at0, hp, data, 0)
             tl = program.train_loss(st, hp, data)
-            st = st._replace(variables=state.variables)
+            st = st._replace(variables=state.variables, average=state.average)
             return (st if duals0 is None else st._replace(duals=state.duals, clients=state.clients)), to_host(out), \
                 to_host(tl)
         with stage(progress, "evaluating round 0"):
@@ -839,7 +845,7 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
                     bar.write(f"fedalf: nothing to resume in {rd.path} ({why}): starting from round 0")
                 if writer:
                     slot.writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv first
-                                              extra=extra_columns(exp.spec.algorithm))
+                                              extra=extra_columns(exp.spec.algorithm, cfg))
                     rd.clear_summary()
                     rd.write_config(cfg)
                     rd.write_clients(exp.source, exp.partition.summary(exp.labels))

@@ -85,14 +85,29 @@ PERSONAL_KEYS = ("personal_acc", "personal_std_acc", "personal_angle_deg", "pers
 std and worst 10% accuracy, fairness angle in degrees, mean test loss), beside the global model's."""
 
 
-def extra_columns(alg) -> list[str]:
+AVERAGE_PREFIX = "avg_"
+AVERAGE_KEYS = tuple(AVERAGE_PREFIX + k for k in (*SUMMARY_KEYS, "test_loss"))
+"""The columns of a run with ``eval_average`` (issue 48): the averaged iterate θ̄_t = mean(θ_1..θ_t) on every
+client's test split (θ_0 at round 0), as the last iterate's columns, then each client's accuracy ``avg_acc_i``."""
+
+
+def average_columns(cfg) -> list[str]:
+    """:data:`AVERAGE_KEYS` and ``avg_acc_0 .. avg_acc_{N−1}`` when ``cfg.eval_average``; none otherwise."""
+    if cfg is None or not getattr(cfg, "eval_average", False):
+        return []
+    return [*AVERAGE_KEYS, *(f"{AVERAGE_PREFIX}{PER_CLIENT_PREFIX}{i}" for i in range(cfg.clients))]
+
+
+def extra_columns(alg, cfg=None) -> list[str]:
     """The columns ``metrics.csv`` has beyond fedalf's own for algorithm ``alg``: :data:`PERSONAL_KEYS` when it
-    has a ``personal_model``, then its own metrics (``Algorithm.metrics``)."""
-    clash = [k for k in alg.metrics if k in PERSONAL_KEYS]
+    has a ``personal_model``, then its own metrics (``Algorithm.metrics``), then the averaged iterate's
+    (:func:`average_columns`, with ``cfg.eval_average``)."""
+    avg = average_columns(cfg)
+    clash = [k for k in alg.metrics if k in PERSONAL_KEYS or k in avg]
     if clash:
-        raise ConfigError(f"the algorithm's metric name {clash[0]!r} is one of fedalf's personalised-model columns; "
-                          f"rename it in Algorithm(metrics=...)")
-    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics]
+        raise ConfigError(f"the algorithm's metric name {clash[0]!r} is one of fedalf's personalised-model or "
+                          f"averaged-iterate (avg_*) columns; rename it in Algorithm(metrics=...)")
+    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]
 
 
 def metric_columns(num_clients: int, extra: Iterable[str] = ()) -> list[str]:

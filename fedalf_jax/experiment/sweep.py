@@ -364,7 +364,7 @@ class _Group:
                                   f"from round 0")
         for (cfg, rd), start in zip(members, self.starts):  # a damaged metrics.csv, before any run writes
             if rd is not None and start and (rd.path / METRICS).is_file():
-                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm)))
+                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm, cfg)))
         self.remaining = sum(c.rounds - s for (c, _), s in zip(members, self.starts))
         self._one = None  # one run's abstract (state, hp), for abstract_inputs
 
@@ -448,7 +448,7 @@ class _Group:
         start = self.starts[i]
         rd.create()
         writers = rd.writers(cfg, keep_upto=start if start else None,  # reads metrics.csv before any change
-                             extra=extra_columns(self.spec.algorithm))
+                             extra=extra_columns(self.spec.algorithm, cfg))
         rd.clear_summary()
         rd.write_config(cfg)
         rd.write_clients(self.pools[i].source, self.rows[i].partition.summary(self.pools[i].y))

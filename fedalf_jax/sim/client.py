@@ -3,7 +3,8 @@
 A client is described by a row of padded indices into the device-resident data pool and its count
 ``n``. Every client runs the same number of compiled steps, ``epochs * ceil(L / B)`` for padded
 length ``L``; examples past ``n`` have zero loss weight and a step with no real example leaves the
-model unchanged, so a padded client trains exactly as it would unpadded.
+model unchanged, so a padded client trains exactly as it would unpadded. With ``--local-steps K``
+(``steps``) every client runs ``K`` steps instead, of ``B`` examples each (:func:`step_batches`).
 """
 
 from __future__ import annotations
@@ -51,8 +52,11 @@ def masked_loss(model, params, stats, x, y, mask, *, train: bool, rng=None):
 
 
 def local_sgd(model, variables, x_pool, y_pool, idx, n, key, lr, *, epochs: int, batch_size: int,
-              penalty: Penalty = None, data_loss=None, optimizer=None, local_loss=None, personal=None):
+              penalty: Penalty = None, data_loss=None, optimizer=None, local_loss=None, personal=None,
+              steps: Optional[int] = None):
     """Plain SGD on ``f_i(w) + penalty(w)`` from ``variables``; returns the trained variables.
+
+    ``steps``: ``K`` minibatch steps (``--local-steps``, :func:`step_batches`) instead of ``epochs`` epochs.
 
     ``data_loss(params, stats, x, y, mask, rng) -> (loss, (new_stats, _))`` defaults to the model's
     masked cross-entropy (:func:`masked_loss`); tests swap in losses with closed-form minimisers.
@@ -74,7 +78,7 @@ def local_sgd(model, variables, x_pool, y_pool, idx, n, key, lr, *, epochs: int,
         return loss, new_stats
 
     ps, stats = sgd(parts, variables.get("batch_stats"), x_pool, y_pool, idx, n, key, lr, epochs=epochs,
-                    batch_size=batch_size, objective=objective, optimizer=optimizer)
+                    batch_size=batch_size, objective=objective, optimizer=optimizer, steps=steps)
     out = _join(ps[0], stats)
     return out if personal is None else (out, ps[1])
 
@@ -112,17 +116,72 @@ def model_at(model, stats, x):
     return lambda params: model.apply(_join(params, stats), x, train=False, features=True)[0]
 
 
+def step_batches(key, n, length: int, batch_size: int):
+    """``--local-steps K``: ``k -> (positions, mask, key)`` of local step ``k`` (0, 1, ...) of a client of ``n``
+    real examples in a padded row of ``length``: its steps cycle through reshuffled passes over its data,
+    each a minibatch of ``B`` examples, as fair_flearn's ``solve_iters`` (and FedJAX's ``num_steps``) draw
+    them. A pass is ``max(⌊n / B⌋, 1)`` full batches of its order (:func:`epoch_order` with the pass's key
+    ``fold_in(okey, pass)``): the ``n mod B`` examples left over wait for the next pass's shuffle; a client of
+    fewer than ``B`` examples steps on all of them every step (``mask``: the real ones), a client of none
+    never steps. ``key``'s halves: the orders' and the steps' dropout keys (``fold_in(dkey, k)``)."""
+    okey, dkey = jax.random.split(key)
+    per = jnp.maximum(jnp.asarray(n, jnp.int32) // batch_size, 1)  # batches per pass over the client's data
+    padded = max(length, batch_size)
+
+    def batch(k):
+        e, j = k // per, k % per
+        order = epoch_order(jax.random.fold_in(okey, e), n, length)
+        order = jnp.concatenate([order, jnp.zeros(padded - length, order.dtype)])
+        pos = jax.lax.dynamic_slice(order, (j * batch_size,), (batch_size,))
+        mask = (j * batch_size + jnp.arange(batch_size)) < n
+        return pos, mask, jax.random.fold_in(dkey, k)
+    return batch
+
+
+def _sgd_update(carry, g, new_stats, live, lr, optimizer):
+    """One masked step of :func:`sgd` from the gradient ``g``: nothing changes when ``live`` is false."""
+    ps, stats, *opt = carry
+    if optimizer is None:
+        ps = jax.tree_util.tree_map(lambda p, gi: jnp.where(live, p - lr * gi, p), ps, g)
+    else:
+        stepped, new_opt = [], []
+        for p, gi, o in zip(ps, g, opt[0]):
+            updates, no = optimizer.update(gi, o, p)
+            stepped.append(optax.apply_updates(p, updates))
+            new_opt.append(no)
+        ps = jax.tree_util.tree_map(lambda p, q: jnp.where(live, q, p), ps, tuple(stepped))
+        opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], tuple(new_opt))]
+    if stats is not None:
+        stats = jax.tree_util.tree_map(lambda s, ns: jnp.where(live, ns, s), stats, new_stats)
+    return (ps, stats, *opt)
+
+
 def sgd(parts: tuple, stats, x_pool, y_pool, idx, n, key, lr, *, epochs: int, batch_size: int, objective,
-        optimizer=None):
+        optimizer=None, steps: Optional[int] = None):
     """Masked minibatch SGD of a tuple of param pytrees ``parts`` (the global copy ``w``, and a personal
     model beside it) on ``objective(parts, stats, x, y, mask, rng, step) -> (loss, new_stats)``, as one
     ``lax.scan`` over epochs of ``lax.scan`` over steps; returns ``(parts, stats)``. Each part has its own
     state of ``optimizer`` (an optax transformation; ``None``: ``p − lr·g``). ``step``: the step's index over
-    all epochs. A step with no real example changes nothing."""
+    all epochs. A step with no real example changes nothing. ``steps``: ``K`` steps of :func:`step_batches`
+    instead of the epochs (one ``lax.scan`` of ``K``)."""
     length = idx.shape[0]
+    grad_fn = jax.grad(objective, has_aux=True)
+    init = (tuple(parts), stats)
+    if optimizer is not None:
+        init = init + (tuple(optimizer.init(p) for p in parts),)
+    if steps is not None:
+        batch = step_batches(key, n, length, batch_size)
+
+        def k_step(carry, k):
+            pos, mask, rng = batch(k)
+            rows = idx[pos]
+            g, new_stats = grad_fn(carry[0], carry[1], x_pool[rows], y_pool[rows], mask, rng, k)
+            return _sgd_update(carry, g, new_stats, jnp.any(mask), lr, optimizer), None
+
+        (ps, stats, *_), _ = jax.lax.scan(k_step, init, jnp.arange(steps))
+        return ps, stats
     steps = steps_per_epoch(length, batch_size)
     padded = steps * batch_size
-    grad_fn = jax.grad(objective, has_aux=True)
 
     def run_epoch(carry, ek):
         ekey, e = ek
@@ -131,33 +190,16 @@ def sgd(parts: tuple, stats, x_pool, y_pool, idx, n, key, lr, *, epochs: int, ba
         order = jnp.concatenate([order, jnp.zeros(padded - length, order.dtype)])
 
         def step(carry, j):
-            ps, stats, *opt = carry
             pos = jax.lax.dynamic_slice(order, (j * batch_size,), (batch_size,))
             mask = (j * batch_size + jnp.arange(batch_size)) < n
             rows = idx[pos]
-            g, new_stats = grad_fn(ps, stats, x_pool[rows], y_pool[rows], mask, jax.random.fold_in(dkey, j),
+            g, new_stats = grad_fn(carry[0], carry[1], x_pool[rows], y_pool[rows], mask, jax.random.fold_in(dkey, j),
                                    e * steps + j)
-            live = jnp.any(mask)
-            if optimizer is None:
-                ps = jax.tree_util.tree_map(lambda p, gi: jnp.where(live, p - lr * gi, p), ps, g)
-            else:
-                stepped, new_opt = [], []
-                for p, gi, o in zip(ps, g, opt[0]):
-                    updates, no = optimizer.update(gi, o, p)
-                    stepped.append(optax.apply_updates(p, updates))
-                    new_opt.append(no)
-                ps = jax.tree_util.tree_map(lambda p, q: jnp.where(live, q, p), ps, tuple(stepped))
-                opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], tuple(new_opt))]
-            if stats is not None:
-                stats = jax.tree_util.tree_map(lambda s, ns: jnp.where(live, ns, s), stats, new_stats)
-            return (ps, stats, *opt), None
+            return _sgd_update(carry, g, new_stats, jnp.any(mask), lr, optimizer), None
 
         carry, _ = jax.lax.scan(step, carry, jnp.arange(steps))
         return carry, None
 
-    init = (tuple(parts), stats)
-    if optimizer is not None:
-        init = init + (tuple(optimizer.init(p) for p in parts),)
     (ps, stats, *_), _ = jax.lax.scan(run_epoch, init, (jax.random.split(key, epochs), jnp.arange(epochs)))
     return ps, stats
 

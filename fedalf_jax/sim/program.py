@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from . import contract as C
 from .algorithms import ClientFacts, HParams
-from .client import _chunked, epoch_order, full_loss, steps_per_epoch
+from .client import _chunked, epoch_order, full_loss, step_batches, steps_per_epoch
 
 
 class ClientProgram(NamedTuple):
@@ -145,7 +145,7 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     k_train, k_ctx = jax.random.split(key)  # k_train: the default client's batches and dropout keys, as local_sgd
     loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size,
                       forward_only=spec.client_map == "map") if alg.needs_loss else jnp.zeros(()))
-    facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size),
+    facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),
                         label_counts(y, idx, n, spec.model.num_classes), jnp.asarray(index, jnp.int32))
     ctx = ClientContext(theta, state, hp, bcast, jnp.asarray(t, jnp.int32), lr_t, k_ctx, facts,
                         model_apply(spec.model), DataPass(alg, x, y, idx, n, spec.batch_size))
@@ -166,6 +166,20 @@ def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key):
     alg = spec.algorithm
     b = spec.batch_size
     length = idx.shape[0]
+    if spec.local_steps is not None:  # --local-steps K: the default client's K steps (client.step_batches)
+        batch_of = step_batches(key, n, length, b)
+
+        def k_step(carry, k):
+            pos, mask, rng = batch_of(k)
+            rows = idx[pos]
+            batch = ClientBatch(x_pool[rows], y_pool[rows], mask, k.astype(jnp.int32), rng)
+            new = C.call(alg, "client.step", step_fn, (carry, batch, ctx), {}, "carry, batch, ctx")
+            C.check_carry(alg, new, carry)
+            live = jnp.any(mask)
+            return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None
+
+        carry, _ = jax.lax.scan(k_step, carry, jnp.arange(spec.local_steps))
+        return carry
     steps = steps_per_epoch(length, b)
     padded = steps * b
 

@@ -52,6 +52,7 @@ class RunState(NamedTuple):
     round: Any      # int32 scalar: the next round's index
     key: Any        # the run key; round t uses fold_in(key, t)
     clients: Any = ()  # what the round keeps per client for the algorithm beside its state (:func:`kept_per_client`)
+    average: Any = ()  # --eval-average: the mean of the global variables after rounds 1..t (θ_0 before any), or ()
 
 
 class ClientOut(NamedTuple):
@@ -83,6 +84,8 @@ class RoundSpec:
     client_devices: int = 1     # shard the sampled clients over this many devices (one big run): the
                                 # round must then run inside a shard_map over the mesh axis "clients"
     central_sensitivity: float = 0.0  # dp="central": the server step's sensitivity in units of η_g·clip
+    local_steps: Any = None     # --local-steps K: K minibatch steps per round instead of `epochs` epochs
+    eval_average: bool = False  # --eval-average: RunState.average keeps the mean of θ_1..θ_t (evaluated too)
 
 
 def default_client_map(backend: str | None = None) -> str:
@@ -113,7 +116,8 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     # donated round refuse to "donate the same buffer twice" in a traceback from inside XLA
     sstate = jax.tree_util.tree_map(jnp.copy, spec.algorithm.init_server_state(stored, spec.num_clients))
     return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key,
-                    kept_per_client(spec.algorithm, variables, spec.num_clients))
+                    kept_per_client(spec.algorithm, variables, spec.num_clients),
+                    jax.tree_util.tree_map(jnp.copy, variables) if spec.eval_average else ())
 
 
 def kept_per_client(alg: Algorithm, variables, num_clients: int):
@@ -185,11 +189,13 @@ def upload_noise(upload, w_tilde, var):
                for a, v in zip(jax.tree_util.tree_leaves(tangent), jax.tree_util.tree_leaves(var)))
 
 
-def local_steps(n, epochs: int, batch_size: int):
+def local_steps(n, epochs: int, batch_size: int, steps=None):
     """The SGD steps a client of ``n`` examples takes in a round: ``epochs · ⌈n / B⌉`` (a padded
     client's steps past its examples leave the model unchanged, :func:`~fedalf_jax.sim.client.local_sgd`,
-    and are not counted)."""
+    and are not counted); with ``steps`` (``--local-steps K``), ``K`` (0 for a client without examples)."""
     n = jnp.asarray(n, jnp.int32)
+    if steps is not None:
+        return jnp.where(n > 0, steps, 0).astype(jnp.int32)
     return (epochs * ((n + batch_size - 1) // batch_size)).astype(jnp.int32)
 
 
@@ -214,7 +220,7 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     k_train, k_priv = jax.random.split(key)
     loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size,
                       forward_only=spec.client_map == "map") if alg.needs_loss else jnp.zeros(()))
-    facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size))
+    facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size, spec.local_steps))
     kw = alg.client_kwargs(alg.upload, bcast, facts)
     if alg.broadcast is not None and not any(
             f is not None and "broadcast" in alg.client_kwargs(f, bcast, facts)
@@ -238,7 +244,7 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     personal = (personal_task(spec, theta_vars, dual, hp, bcast, facts) if alg.personal is not None else None)
     out = local_sgd(spec.model, start_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
                     batch_size=spec.batch_size, penalty=penalty, optimizer=opt, local_loss=local_loss,
-                    personal=personal)
+                    personal=personal, steps=spec.local_steps)
     if alg.personal is not None:  # the second local model v_i, trained beside w_i over the same minibatches
         w_vars, kw["personal"] = out
     else:
@@ -491,7 +497,17 @@ def device_mesh(devices: int, axis: str):
 def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
     """One whole round, mapped over the sampled clients (the compiled program's body)."""
     sel, n, outs = client_phase(spec, state, hp, data)
-    return server_step(spec, state, sel, n, outs, hp)
+    new, metrics = server_step(spec, state, sel, n, outs, hp)
+    if spec.eval_average:  # θ̄_t = θ̄_{t−1} + (θ_t − θ̄_{t−1}) / t: the mean of θ_1..θ_t
+        new = new._replace(average=running_mean(state.average, new.variables, new.round))
+    return new, metrics
+
+
+def running_mean(average, variables, t):
+    """``average + (variables − average) / t``, leaf by leaf in its dtype: after round ``t`` (1, 2, ...) the mean
+    of the ``t`` rounds' models, whatever ``average`` held before round 1."""
+    return jax.tree_util.tree_map(lambda a, v: (a + (v - a) / jnp.asarray(t, a.dtype)).astype(a.dtype),
+                                  average, variables)
 
 
 def run_rounds(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData, length: int):

@@ -30,6 +30,8 @@ class EvalOut(NamedTuple):
     test_loss: Any   # [N] mean cross-entropy
     personal_acc: Any = None   # [N] accuracy of each client's own model (Algorithm.personal_model), or None
     personal_loss: Any = None  # [N] its mean cross-entropy, or None
+    avg_acc: Any = None        # [N] accuracy of the averaged iterate θ̄_t (--eval-average), or None
+    avg_test_loss: Any = None  # [N] its mean cross-entropy, or None
 
 
 class ChunkOut(NamedTuple):
@@ -117,6 +119,10 @@ def make_chunk(spec: RoundSpec, length: int):
             state, rounds = run_rounds(spec, state, hp, data, length)
         else:
             rounds = {k: jnp.zeros((0,), jnp.float32) for k in METRIC_KEYS}
-        return state, ChunkOut(rounds, evaluate(spec, state.variables, data, state.duals, state.clients))
+        ev = evaluate(spec, state.variables, data, state.duals, state.clients)
+        if spec.eval_average:  # the averaged iterate θ̄_t (RunState.average), beside the last one
+            avg_acc, avg_loss = _eval(spec)(state.average, data.x, data.y, data.test_idx, data.test_n)
+            ev = ev._replace(avg_acc=avg_acc, avg_test_loss=avg_loss)
+        return state, ChunkOut(rounds, ev)
 
     return chunk
