@@ -140,7 +140,7 @@ class ClientFacts(NamedTuple):
     parameter ``facts``: its sample count and the SGD steps its local training takes this round."""
 
     n: Any       # int32 scalar: n_i
-    steps: Any   # int32 scalar: local SGD steps, epochs · ⌈n_i / B⌉ (0 without local training)
+    steps: Any   # int32 scalar: local SGD steps, epochs · ⌈n_i / B⌉ or --local-steps K (0 without local training)
     label_counts: Any = None  # [num_classes] int32: the client's training labels counted (a client program's ctx)
     index: Any = None         # int32 scalar: the client's index in 0 … N − 1 (a client program's ctx)
 
