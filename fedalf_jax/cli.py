@@ -619,9 +619,9 @@ def _cmd_bench(args) -> int:
     if args.json:  # its folder made, and checked writable, before minutes of measuring
         _json_ready(Path(args.json))
     cfg = config_from_args(args)
-    if not cfg.evaluates:  # its timed calls are sized by --eval-every, and it times rounds without evaluating
-        raise ConfigError("fedalf bench takes --eval-every as a number of rounds (with --sweep-width: rounds per timed "
-                          "call); it times the rounds alone anyway: drop --eval-every never")
+    if not cfg.evaluates and args.sweep_width:  # its timed calls are --eval-every rounds and an evaluation
+        raise ConfigError("fedalf bench --sweep-width times calls of --eval-every rounds and their evaluation: give "
+                          "--eval-every a number of rounds, not never (a plain fedalf bench times rounds alone)")
     if args.against is not None:
         cfg.replace(algorithm=args.against)  # a wrong name: one line now, before anything is built
     if args.pytorch and "algorithm" not in _given(args) and not (args.config and "algorithm" in json.loads(
@@ -644,6 +644,9 @@ def _cmd_bench(args) -> int:
                 depth = args.depth_width or ([1, 8] if jax.default_backend() != "cpu" else [0])
                 if any(w < 0 for w in depth):
                     raise ConfigError(f"--depth-width values must be positive integers (0: skip), got {depth}")
+                if not cfg.evaluates and any(w > 0 for w in depth):  # bench.depth spreads one over eval_every rounds
+                    raise ConfigError("fedalf bench's server-depth count (--depth-width) counts an evaluation every "
+                                      "--eval-every rounds: give it a number of rounds, not never, or --depth-width 0")
                 res = B.stoppable(bench, cfg, repeats=repeats, sequential=not args.no_sequential,
                                   depth_widths=[w for w in depth if w > 0], depth_rounds=args.depth_rounds,
                                   progress=B.say, partial=partial, pytorch=args.pytorch, against=args.against)

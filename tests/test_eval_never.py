@@ -90,8 +90,9 @@ def test_the_spellings_and_the_mistakes(capsys):
     for bad in (0, "soon", True, 2.5):
         with pytest.raises(fj.ConfigError, match="eval_every must be a positive integer .* or never"):
             fj.Config(eval_every=bad)
-    bench = [f for f in FLAGS if f != "--no-progress"]
-    for argv in (["run", *FLAGS, "--eval-every", "soon"], ["bench", *bench, "--eval-every", "never"]):
+    bench = ["bench", *(f for f in FLAGS if f != "--no-progress"), "--eval-every", "never"]
+    # a plain fedalf bench times rounds alone (never is no matter there); its calls of --eval-every rounds are refused
+    for argv in (["run", *FLAGS, "--eval-every", "soon"], [*bench, "--sweep-width", "1"], [*bench, "--depth-width", "1"]):
         try:
             code = main(argv)
         except SystemExit as e:  # argparse

@@ -913,8 +913,10 @@ mutate fedalf_jax/experiment/loop.py '                    if writer and (ended.r
   "eval49: a --resume of an ended never run does not say it ended" "$EN -k cadence"
 mutate fedalf_jax/cli.py '    if not cfg.evaluates:  # --eval-every never: nothing evaluated to print' '    if False:' \
   "eval49: fedalf run --eval-every never ends refusing its empty metrics.csv" "$EN -k cadence"
-mutate fedalf_jax/cli.py '    if not cfg.evaluates:  # its timed calls' '    if False:' \
-  "eval49: fedalf bench --eval-every never is not refused in one line" "$EN -k mistakes"
+mutate fedalf_jax/cli.py '    if not cfg.evaluates and args.sweep_width:' '    if False:' \
+  "eval49: fedalf bench --sweep-width --eval-every never is not refused in one line" "$EN -k mistakes"
+mutate fedalf_jax/cli.py '                if not cfg.evaluates and any(w > 0 for w in depth):' '                if False:' \
+  "eval49: fedalf bench --depth-width --eval-every never is not refused in one line" "$EN -k mistakes"
 mutate fedalf_jax/experiment/sweep.py ' and s.get("final"):  # final null: eval_every=never' ':' \
   "eval49: a sweep's resume reads a never run's null final" "$EN -k sweep"
 mutate fedalf_jax/reporting/runs.py '    if status == "done" and (rd.summary() or {}).get("evaluated") is False:' '    if False:' \
