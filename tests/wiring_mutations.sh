@@ -925,4 +925,33 @@ mutate fedalf_jax/reporting/__init__.py '    if not any(c.done for c in cells) a
   "eval49: a report of never runs alone says to finish them" "$EN -k report"
 # end eval49
 
+# issue 48 items 3 and 4 (labels start with "steps48"): --local-steps K and --eval-average
+LS=tests/test_local_steps_and_average.py
+mutate fedalf_jax/sim/client.py '    per = jnp.maximum(jnp.asarray(n, jnp.int32) // batch_size, 1)' \
+  '    per = jnp.maximum((jnp.asarray(n, jnp.int32) + batch_size - 1) // batch_size, 1)' \
+  "steps48: a pass's partial last batch is a step (not B examples a step)" "$LS -k hand_computation"
+mutate fedalf_jax/sim/round.py '                    personal=personal, steps=spec.local_steps)' '                    personal=personal, steps=None)' \
+  "steps48: the default client trains epochs whatever --local-steps" "$LS -k facts"
+mutate fedalf_jax/sim/round.py 'local_steps(n, spec.epochs, spec.batch_size, spec.local_steps))' 'local_steps(n, spec.epochs, spec.batch_size))' \
+  "steps48: the default client's facts.steps counts epochs' steps" "$LS -k facts"
+mutate fedalf_jax/sim/program.py 'local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),' 'local_steps(n, spec.epochs, spec.batch_size),' \
+  "steps48: a client program's ctx.facts.steps counts epochs' steps" "$LS -k facts"
+mutate fedalf_jax/sim/program.py '    if spec.local_steps is not None:  # --local-steps K' '    if False:  # --local-steps K' \
+  "steps48: a client program's step runs epochs whatever --local-steps" "$LS -k facts"
+mutate fedalf_jax/experiment/build.py 'local_steps=cfg.local_steps,' 'local_steps=None,' \
+  "steps48: the run's spec ignores --local-steps" "$LS -k facts"
+mutate fedalf_jax/experiment/config.py '            if self.local_epochs != 1:' '            if False:' \
+  "steps48: local_steps with local_epochs 2 is not refused" "$LS -k exclusive"
+mutate fedalf_jax/cli.py '    if "local_steps" in out and "local_epochs" in out:' '    if False:' \
+  "steps48: --local-steps with an explicit --local-epochs is not refused" "$LS -k exclusive"
+mutate fedalf_jax/experiment/config.py '            if d[name] is off:' '            if True:' \
+  "steps48: --local-steps is not recorded in config.json nor the identity" "$LS -k recorded"
+mutate fedalf_jax/sim/round.py '    if spec.eval_average:  # θ̄_t' '    if False:  # θ̄_t' \
+  "steps48: the average is never updated (θ_0 evaluated)" "$LS -k averaged"
+mutate fedalf_jax/sim/round.py 'lambda a, v: (a + (v - a) / jnp.asarray(t, a.dtype))' 'lambda a, v: (v + 0 * a / jnp.asarray(t, a.dtype))' \
+  "steps48: the 'average' is the last iterate" "$LS -k averaged"
+mutate fedalf_jax/sim/train.py '_eval(spec)(state.average,' '_eval(spec)(state.variables,' \
+  "steps48: the avg_* columns evaluate the last iterate" "$LS -k averaged"
+# end steps48
+
 exit $status
