@@ -117,9 +117,17 @@ _HELP = {
     "local_optimizer": "the clients' local optimiser (optax, its state fresh each round): sgd, momentum or nesterov "
                        "(β 0.9), adam (optax's defaults); for an algorithm that does not choose its own (default: "
                        "sgd, the plain step w − η_l·g, or the algorithm's own optimiser where it chooses one)",
+    "alg_args": "a user's algorithm factory's keyword arguments, NAME=VALUE (repeatable; e.g. --algorithm "
+                "examples.fedgkd:fedgkd --alg-arg K=2): each VALUE read as JSON (2 an int, 0.5 a float, true a bool, "
+                "anything else a string); static, so a different value is a different program and run; a built-in "
+                "algorithm refuses it (its options are flags) (default: none, the factory's own defaults)",
     "hp": "the algorithm's own hyper-parameters, NAME=VALUE (repeatable; e.g. --hp beta1=0.9 beta2=0.99): the names "
           "its Algorithm(hparams=...) declares, traced like --lr (default: the algorithm's declared values)",
 }
+_ALG_ARGS_SWEEP = ("a user's algorithm factory's keyword arguments, NAME=VALUE[,VALUE...] (repeatable; e.g. "
+                   "--alg-arg K=1,2): each VALUE read as JSON (int, float, bool, else a string); each value is a run "
+                   "of its own program (static, like --model); the built-in algorithms of a sweep that also runs a "
+                   "user's take none (default: none, the factory's own defaults)")
 _HP_SWEEP = ("the algorithm's own hyper-parameters, NAME=VALUE[,VALUE...] (repeatable; e.g. --hp beta1=0.9,0.99 "
              "beta2=0.99): each name's values are swept in one program like --lr, in the runs of the algorithms "
              "that declare NAME; ALG.NAME=VALUE sets it for algorithm ALG only (e.g. --hp fedyogi.beta2=0.999) "
@@ -210,7 +218,7 @@ def _default_text(f: dataclasses.Field) -> str:
 FLAG_GROUPS = {
     "data and partition": ("dataset", "data_dir", "data_source", "synthetic_like", "synthetic_train",
                            "synthetic_test", "partition", "assign", "alpha"),
-    "federated training": ("algorithm", "rounds", "clients", "clients_per_round", "local_epochs", "local_steps",
+    "federated training": ("algorithm", "alg_args", "rounds", "clients", "clients_per_round", "local_epochs", "local_steps",
                            "batch_size", "lr",
                            "lr_decay", "server_lr", "server_lr_decay", "local_optimizer", "seed"),
     "the algorithms' options": ("mu", "rho", "q", "client_grad", "history", "history_tau", "layers", "merge_tol",
@@ -247,6 +255,12 @@ def _add_config_flags(p: argparse.ArgumentParser, *, multi: bool = False, skip: 
         p = group_of.get(f.name, group_of[None])
         if f.name == "hp":
             _hp_flag(p, multi, helps.get("hp") or (_HP_SWEEP if multi else _HELP["hp"]))
+            continue
+        if f.name == "alg_args":
+            p.add_argument("--alg-arg", dest="alg_args", nargs="+", action="extend", default=None,
+                           metavar="NAME=VALUE", type=lambda t: _alg_arg_value(t, many=multi),
+                           help=(helps.get("alg_args") or (_ALG_ARGS_SWEEP if multi else _HELP["alg_args"])
+                                 ).replace("%", "%%"))
             continue
         flag = "--" + f.name.replace("_", "-")
         t = hints[f.name]
@@ -289,6 +303,26 @@ def _hp_value(text: str, *, many: bool):
     return name, out if many else out[0]
 
 
+def _alg_arg_value(text: str, *, many: bool):
+    """``--alg-arg NAME=VALUE`` (``many``: ``NAME=VALUE[,VALUE...]``) -> ``(NAME, value or [values])``, each
+    value a JSON scalar (``2`` an int, ``0.5`` a float, ``true`` a bool, ``"a,b"`` or anything else not JSON a
+    string)."""
+    name, eq, values = text.partition("=")
+    name = name.strip()
+    if not eq or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (e.g. K=2), got {text!r}")
+    out = []
+    for v in (values.split(",") if many and not values.strip().startswith('"') else [values]):
+        try:
+            x = json.loads(v)
+        except ValueError:
+            x = v  # not JSON: the string as given
+        if x is None or not isinstance(x, (bool, int, float, str)):
+            raise argparse.ArgumentTypeError(f"{name}: {v!r} is not an int, a float, a bool or a string")
+        out.append(x)
+    return name, out if many else out[0]
+
+
 def _hp_flag(p: argparse.ArgumentParser, multi: bool, text: str) -> None:
     p.add_argument("--hp", dest="hp", nargs="+", action="extend", default=None, metavar="NAME=VALUE",
                    type=lambda t: _hp_value(t, many=multi), help=text.replace("%", "%%"))
@@ -299,6 +333,13 @@ def _given(args: argparse.Namespace) -> dict:
            if getattr(args, f.name, None) is not None}
     if "local_steps" in out and "local_epochs" in out:  # (a config file's local_epochs 1 is its default)
         raise ConfigError("--local-steps and --local-epochs both set the local work per round; give one of them")
+    if "alg_args" in out:  # [(name, value)], or [(name, [values])] for fedalf sweep
+        pairs, out["alg_args"] = out["alg_args"], {}
+        for name, v in pairs:
+            if name in out["alg_args"]:
+                raise ConfigError(f"--alg-arg {name} is given twice; give each name once (several values: "
+                                  f"NAME=V1,V2 in fedalf sweep)")
+            out["alg_args"][name] = v
     if "hp" in out:  # [(name, value)], or [(name, [values])] for fedalf sweep
         pairs, out["hp"] = out["hp"], {}
         for name, v in pairs:
@@ -325,7 +366,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
             saved = rd.config_dict()
             hp = {**saved.get("hp", {}), **base.get("hp", {}), **given.get("hp", {})}  # --hp a=1 leaves b as it ran
-            want = Config.from_dict({**saved, **base, **given, **({"hp": hp} if hp else {})})
+            args_ = {**saved.get("alg_args", {}), **base.get("alg_args", {}), **given.get("alg_args", {})}
+            want = Config.from_dict({**saved, **base, **given, **({"hp": hp} if hp else {}),
+                                     **({"alg_args": args_} if args_ else {})})
             old = Config.from_dict(saved)  # an option newer than the run: its default
             # resolved values, as the checkpoint's identity compares them: --rho 0.01 is fedalf's default
             options = {f.name for f in dataclasses.fields(Config)}  # (derived entries follow their options)
@@ -334,6 +377,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
                 was, now = old.resolved_hp, want.resolved_hp
                 changed[changed.index("hp")] = ", ".join(
                     f"--hp {k} ({was[k]:g} there, {now[k]:g} given)" for k in now if was.get(k) != now[k])
+            if "alg_args" in changed:  # name the factory's arguments: --alg-arg K (1 there, 2 given)
+                was, now = old.alg_args, want.alg_args
+                changed[changed.index("alg_args")] = ", ".join(
+                    f"--alg-arg {k} ({json.dumps(was.get(k))} there, {json.dumps(now.get(k))} given)"
+                    for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k))
             if changed:
                 raise ConfigError(f"--resume continues the run in {args.out} as configured there; only --rounds, "
                                   f"the cadences, --log and --data-dir may change, not {', '.join(changed)}")
@@ -534,6 +582,7 @@ def _cmd_sweep(args) -> int:
     given.pop("out", None)  # the sweep's folder, not a run option
     given.update({k: [given[k]] for k in SWEEP_SINGLE if k in given})  # one value for every run
     given.update({f"hp.{k}": v for k, v in given.pop("hp", {}).items()})  # one grid axis per own hyper-parameter
+    given.update({f"arg.{k}": v for k, v in given.pop("alg_args", {}).items()})  # one per factory argument (static)
     shard = S.parse_shard(args.shard)
     planned = (Path(args.out) / "sweep.json").is_file()
     rounds = None

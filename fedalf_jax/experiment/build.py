@@ -64,7 +64,7 @@ def _with_optimizer(alg: A.Algorithm, name: str) -> A.Algorithm:
 def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
     if cfg.algorithm not in ALGORITHMS:
         try:
-            alg = registry.make_algorithm(cfg.algorithm, layer_of)
+            alg = registry.make_algorithm(cfg.algorithm, layer_of, cfg.alg_args)  # --alg-arg: its keywords
         except registry.RegistryError as e:
             raise ConfigError(str(e)) from None
         check_own_hparams(cfg, alg)

@@ -77,6 +77,9 @@ DERIVED_KEYS = ("privacy",)
 class Config:
     # what to run
     algorithm: str = "fedalf"
+    # a user's algorithm factory's keyword arguments {name: int, float, bool or string} (--alg-arg K=2): static,
+    # part of the run's identity and of its code digest (a different K is a different program); built-ins: none
+    alg_args: dict = dataclasses.field(default_factory=dict)
     dataset: str = "fmnist"
     data_dir: Optional[str] = None
     data_source: str = "auto"
@@ -147,10 +150,11 @@ class Config:
     def __post_init__(self):
         self.validated()  # Config(...) itself refuses bad values, with the one-line message
         object.__setattr__(self, "hp", {k: float(v) for k, v in self.hp.items()})  # a copy, of floats
+        object.__setattr__(self, "alg_args", dict(self.alg_args))  # a copy
 
     def __hash__(self):  # hashable as before hp (a dict) was an option: hp by its sorted items
-        return hash(tuple((f.name, tuple(sorted(self.hp.items())) if f.name == "hp" else getattr(self, f.name))
-                          for f in dataclasses.fields(self)))
+        return hash(tuple((f.name, tuple(sorted(getattr(self, f.name).items())) if f.name in ("hp", "alg_args")
+                           else getattr(self, f.name)) for f in dataclasses.fields(self)))
 
     # ---- derived values -------------------------------------------------------------
     @property
@@ -213,7 +217,7 @@ class Config:
         """The algorithm's own hyper-parameters and their defaults (``Algorithm.hparams``): ``{}`` for a
         built-in, ``None`` when a user's factory cannot be built without the model's layers (``build``
         checks it then)."""
-        return declared_hparams(self.algorithm)
+        return declared_hparams(self.algorithm, self.alg_args)
 
     @property
     def resolved_hp(self) -> dict:
@@ -235,6 +239,8 @@ class Config:
             del d["hp"]
         if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)
             del d["local_optimizer"]
+        if not self.alg_args:  # likewise (issue 48 item 5): a run without factory arguments is what it was
+            del d["alg_args"]
         for name, off in (("local_steps", None), ("eval_average", False)):  # issue 48's: likewise when off
             if d[name] is off:
                 del d[name]
@@ -257,8 +263,9 @@ class Config:
             d["dataset_digest"] = registry.dataset(self.dataset).digest
         for kind, name, builtin in (("algorithm", self.algorithm, ALGORITHMS), ("model", self.model, MODELS)):
             if name not in builtin:  # a user's code: its source file's digest (built-in code: the package's)
-                d[f"{kind}_code"] = registry.code(kind, name)[0]
-                d[f"{kind}_code_files"] = registry.code_parts(kind, name)  # names what changed (issue 47)
+                args = self.alg_args if kind == "algorithm" else None  # the algorithm its factory builds with them
+                d[f"{kind}_code"] = registry.code(kind, name, args)[0]
+                d[f"{kind}_code_files"] = registry.code_parts(kind, name, args)  # names what changed (issue 47)
         return d
 
     @classmethod
@@ -355,6 +362,7 @@ class Config:
         if self.history is not None and not isinstance(self.history, bool):
             raise ConfigError(f"history must be true, false or null (the algorithm's default), got {self.history!r}")
         _named("algorithm", self.algorithm, ALGORITHMS)
+        _check_alg_args(self)
         _named("dataset", self.dataset, DATASETS)
         _choice("synthetic_like", self.synthetic_like, ("fmnist", "cifar10", "cifar100"))
         _choice("data_source", self.data_source, ("auto", "dir", "tfds"))
@@ -445,12 +453,13 @@ class Config:
         return self
 
 
-def declared_hparams(name: str) -> Optional[dict]:
-    """``{name: default}`` of algorithm ``name``'s own hyper-parameters (``Algorithm.hparams``): ``{}`` for a
-    built-in; ``None`` when a user's factory cannot be built without the model's layers."""
+def declared_hparams(name: str, args: Optional[dict] = None) -> Optional[dict]:
+    """``{name: default}`` of algorithm ``name``'s own hyper-parameters (``Algorithm.hparams``; its factory
+    called with ``args``, ``Config.alg_args``): ``{}`` for a built-in; ``None`` when a user's factory cannot
+    be built without the model's layers."""
     if name in ALGORITHMS:
         return {}
-    alg = _user_algorithm(name, registry.version())
+    alg = _user_algorithm(name, registry.version(), registry.arg_items(args))
     return None if alg is None else dict(alg.hparams)
 
 
@@ -460,7 +469,7 @@ def _check_hp(cfg: "Config") -> None:
     if not isinstance(hp, dict):
         raise ConfigError(f"hp must be a dict of the algorithm's own hyper-parameter names to numbers, e.g. "
                           f"{{'beta1': 0.9}}, got {type(hp).__name__} {hp!r}")
-    declared = declared_hparams(cfg.algorithm) if hp else {}
+    declared = declared_hparams(cfg.algorithm, cfg.alg_args) if hp else {}
     for k, v in hp.items():
         if declared is not None and k not in declared:
             has = (f"it declares {', '.join(declared)}" if declared else
@@ -469,6 +478,31 @@ def _check_hp(cfg: "Config") -> None:
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not _finite(v):
             shown = _shown(v) if isinstance(v, int) and not _finite(v) else f"{type(v).__name__} {v!r}"
             raise ConfigError(f"hp {k!r} must be a finite number, got {shown}")
+
+
+def _check_alg_args(cfg: "Config") -> None:
+    """``cfg.alg_args``: a dict of names to JSON scalars (int, float, bool, string) that the user's algorithm
+    factory takes (:func:`.registry.check_args`); a built-in refuses any (its options are flags)."""
+    args = cfg.alg_args
+    if not isinstance(args, dict):
+        raise ConfigError(f"alg_args must be a dict of the algorithm factory's argument names to values, e.g. "
+                          f"{{'K': 2}}, got {type(args).__name__} {args!r}")
+    if not args:
+        return
+    for k, v in args.items():
+        if not (isinstance(k, str) and k.isidentifier()):
+            raise ConfigError(f"alg_args: {k!r} is not an argument name (a Python identifier, e.g. K)")
+        if v is None or not isinstance(v, (bool, int, float, str)) or (isinstance(v, float) and not _finite(v)):
+            raise ConfigError(f"alg_args {k!r} must be an int, a finite float, a bool or a string, got "
+                              f"{type(v).__name__} {_shown(v)}")
+    given = " ".join(f"--alg-arg {k}={json.dumps(v)}" for k, v in args.items())
+    if cfg.algorithm in ALGORITHMS:
+        raise ConfigError(f"{given}: {cfg.algorithm} is a built-in algorithm, whose options are flags (fedalf run "
+                          f"--help); --alg-arg passes arguments to a user's algorithm factory (module:attribute)")
+    try:
+        registry.check_args(cfg.algorithm, registry.lookup("algorithm", cfg.algorithm), args)
+    except registry.RegistryError as e:
+        raise ConfigError(str(e)) from None
 
 
 def parse_every(v: Any) -> tuple[str, float]:

@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..notices import Notice
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, gaussian_epsilon
 from . import registry
-from .options import _ADMM, ALGORITHMS, CLIENT_GRADS, DPS, MODELS, _user_algorithm
+from .options import _ADMM, ALGORITHMS, CLIENT_GRADS, DPS, MODELS, _user_algorithm, alg_key
 
 
 
@@ -143,7 +143,7 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
         return False, ("FedLF with client_grad=full uploads the client's full-batch gradient, which no mechanism "
                        "perturbs (the mechanisms perturb an uploaded model: use client_grad=local)")
     if cfg.algorithm not in ALGORITHMS:
-        user = _user_algorithm(cfg.algorithm, registry.version())
+        user = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
         if user is None:
             return False, (f"algorithm {cfg.algorithm!r}'s factory cannot be built without the model's layers "
                            f"(layer_of), so its private_upload declaration is not read here and the mechanism's "
@@ -254,7 +254,7 @@ def check_applied(cfg: PrivacyOptions, spec) -> None:
     alg = spec.algorithm
     if not alg.local_train:
         raise ConfigError(_no_local_train(cfg.algorithm, option, value))
-    read = _user_algorithm(cfg.algorithm, registry.version()) if cfg.algorithm not in ALGORITHMS else None
+    read = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg)) if cfg.algorithm not in ALGORITHMS else None
     for name in ("private_upload", "public_aux"):
         if read is not None and getattr(read, name) != getattr(alg, name):
             raise ConfigError(f"algorithm {cfg.algorithm!r} declares {name}={getattr(alg, name)!r} when built for the "
@@ -292,7 +292,7 @@ def privacy_not_covered(cfg: PrivacyOptions) -> list[str]:
     if mech in ("adaptive", "ldp_fl"):
         out.append("each tensor's centre c and radius r")
     if cfg.algorithm not in ALGORITHMS:
-        alg = _user_algorithm(cfg.algorithm, registry.version())
+        alg = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
         if alg is None or alg.needs_loss:
             out.append("the loss l_i = f_i(θ_t)" + ("" if alg is not None else ", if its server uses it"))
         out.append("the sample count n_i, if its server uses ServerIn.weights or ServerIn.n")

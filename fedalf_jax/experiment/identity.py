@@ -103,11 +103,14 @@ def from_run(d: dict) -> dict:
 
 def flat_options(d: dict) -> dict:
     """A config dict (``Config.to_dict``, config.json) with its ``hp`` dict spread into one ``hp.NAME`` entry
-    per hyper-parameter, in ``hp``'s place: what a sweep's table, its run names and the report compare."""
+    per hyper-parameter, in ``hp``'s place, and its ``alg_args`` (the factory's arguments) into one ``arg.NAME``
+    entry each: what a sweep's table, its run names and the report compare."""
     out = {}
     for k, v in d.items():
         if k == "hp" and isinstance(v, dict):
             out.update({f"hp.{n}": x for n, x in v.items()})
+        elif k == "alg_args" and isinstance(v, dict):
+            out.update({f"arg.{n}": x for n, x in v.items()})
         else:
             out[k] = v
     return out

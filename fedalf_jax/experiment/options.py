@@ -38,10 +38,16 @@ _ADMM = ("fedadmm", "fedalf")  # make_admm_upload: the upload may carry the dual
 
 
 @functools.lru_cache(maxsize=32)
-def _user_algorithm(name: str, version: int) -> Any:
-    """A user's algorithm built without the model's layers (once per registry ``version``), or ``None``
-    when its factory needs them: ``build()`` builds and checks it then."""
+def _user_algorithm(name: str, version: int, args: tuple = ()) -> Any:
+    """A user's algorithm built without the model's layers (once per registry ``version`` and factory
+    arguments ``args``, :func:`.registry.arg_items` of ``Config.alg_args``), or ``None`` when its factory
+    needs them: ``build()`` builds and checks it then."""
     try:
-        return registry.make_algorithm(name, None)
+        return registry.make_algorithm(name, None, {k: v for k, _, v in args})
     except Exception:  # noqa: BLE001 - a factory that needs the model's layers
         return None
+
+
+def alg_key(cfg) -> tuple:
+    """``_user_algorithm``'s key of ``cfg``'s factory arguments (``Config.alg_args``; none: ``()``)."""
+    return registry.arg_items(getattr(cfg, "alg_args", None))

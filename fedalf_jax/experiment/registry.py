@@ -41,6 +41,7 @@ _KINDS = ("algorithm", "model", "dataset")
 _REGISTERED: dict[str, dict[str, Any]] = {k: {} for k in _KINDS}
 _VERSION = {"n": 0}  # bumped on every registration: cached data pools are keyed by it
 _CODE: dict[str, dict[str, Any]] = {"algorithm": {}, "model": {}}  # name -> code_digest.take(), when found
+_CODE_ARGS: dict[tuple, Any] = {}  # (algorithm name, arg_items) -> code_digest.take() of what it builds with them
 _PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -56,6 +57,7 @@ def _register(kind: str, name: str, obj: Any) -> None:
     _REGISTERED[kind][name] = obj
     if kind in _CODE:
         _CODE[kind][name] = _take(kind, obj)
+    _forget_args(name)
     _VERSION["n"] += 1
 
 
@@ -94,6 +96,7 @@ def lookup(kind: str, name: str, builtin: tuple = ()) -> Any:
         _REGISTERED[kind][name] = obj
         if kind in _CODE:  # the code as imported now: a file edited later is seen on --resume
             _CODE[kind][name] = _take(kind, obj, importlib.import_module(module))
+        _forget_args(name)
         _VERSION["n"] += 1
         return obj
     known = ", ".join(list(builtin) + sorted(_REGISTERED[kind]))
@@ -102,19 +105,41 @@ def lookup(kind: str, name: str, builtin: tuple = ()) -> Any:
                         f"(docs/extending.md)")
 
 
+def _forget_args(name: str) -> None:
+    for key in [k for k in _CODE_ARGS if k[0] == name]:  # taken again for the code registered now
+        del _CODE_ARGS[key]
+
+
 def version() -> int:
     return _VERSION["n"]
 
 
 # ---- user code's digest -----------------------------------------------------------------------
 
-def code(kind: str, name: str) -> tuple[str, str]:
+def code(kind: str, name: str, args: Optional[dict] = None) -> tuple[str, str]:
     """``(digest, covers)`` of the code behind the ``kind`` (algorithm or model) ``name``: its files as read
     when the name was imported or registered, the globals its file-less code reads as they are now
-    (:mod:`.code_digest`); ``digest`` is ``"uncheckable"`` when nothing of it can be hashed."""
+    (:mod:`.code_digest`); ``digest`` is ``"uncheckable"`` when nothing of it can be hashed. ``args``: an
+    algorithm factory's keyword arguments (``Config.alg_args``): the code reached is that of the
+    ``Algorithm`` the factory builds with them."""
+    return current(_digest(kind, name, args))
+
+
+def _digest(kind: str, name: str, args: Optional[dict] = None):
+    """The :class:`.code_digest.Digest` of ``name`` (with ``args``: of the algorithm built with them, its
+    files as read when the name was taken; made once per arguments)."""
     if name not in _CODE[kind]:
         lookup(kind, name)
-    return current(_CODE[kind][name])
+    base = _CODE[kind][name]
+    if not args or kind != "algorithm":
+        return base
+    key = (name, arg_items(args))
+    if key not in _CODE_ARGS:
+        obj = _REGISTERED[kind][name]
+        module = base.module if base.module is not None else (
+            importlib.import_module(name.split(":")[0]) if is_path(name) else None)
+        _CODE_ARGS[key] = _take(kind, obj, module, args)
+    return _CODE_ARGS[key]
 
 
 def legacy_code(kind: str, name: str) -> str:
@@ -125,12 +150,10 @@ def legacy_code(kind: str, name: str) -> str:
     return _CODE[kind][name].legacy
 
 
-def code_parts(kind: str, name: str) -> dict:
+def code_parts(kind: str, name: str, args: Optional[dict] = None) -> dict:
     """One digest per file (and per piece of code outside any file) of ``name``'s code now
     (:func:`.code_digest.parts`): a checkpoint records it, so that ``--resume`` names what changed."""
-    if name not in _CODE[kind]:
-        lookup(kind, name)
-    return parts(_CODE[kind][name])
+    return parts(_digest(kind, name, args))
 
 
 def previous_code(kind: str, name: str) -> str:
@@ -141,7 +164,7 @@ def previous_code(kind: str, name: str) -> str:
     return previous(_CODE[kind][name])
 
 
-def _take(kind: str, obj, module=None):
+def _take(kind: str, obj, module=None, args: Optional[dict] = None):
     """:func:`.code_digest.take` of a registered (or imported) ``obj``; for an algorithm's factory, with the
     ``Algorithm`` it builds without the model's layers (as :func:`.config.declared_hparams` builds it), so
     its fields' functions are reached too (issue 47, item 14)."""
@@ -153,7 +176,8 @@ def _take(kind: str, obj, module=None):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    built = obj(layer_of=None) if _accepts(obj, "layer_of") else obj()
+                    args = args or {}
+                    built = obj(layer_of=None, **args) if _accepts(obj, "layer_of") else obj(**args)
             except Exception:  # noqa: BLE001 - a factory that needs the model's layers: its code alone
                 built = None
             if not isinstance(built, Algorithm):
@@ -187,18 +211,71 @@ def register_algorithm(name: str, factory: Callable) -> None:
     _register("algorithm", name, factory)
 
 
-def make_algorithm(name: str, layer_of) -> Any:
-    """The registered (or ``module:attribute``) algorithm ``name``, built for a model with ``layer_of``."""
+def make_algorithm(name: str, layer_of, args: Optional[dict] = None) -> Any:
+    """The registered (or ``module:attribute``) algorithm ``name``, built for a model with ``layer_of``;
+    ``args``: the factory's keyword arguments (``Config.alg_args``, ``--alg-arg K=2``), checked by
+    :func:`check_args`."""
     from ..sim.algorithms import Algorithm
     factory = lookup("algorithm", name)
+    args = dict(args or {})
+    if args or (callable(factory) and not isinstance(factory, Algorithm)):
+        check_args(name, factory, args)
     if isinstance(factory, Algorithm):
         alg = factory
     else:
-        alg = factory(layer_of=layer_of) if _accepts(factory, "layer_of") else factory()
+        alg = factory(layer_of=layer_of, **args) if _accepts(factory, "layer_of") else factory(**args)
     if not isinstance(alg, Algorithm):
         raise RegistryError(f"algorithm {name!r}: its factory returned {type(alg).__name__}, not a "
                             f"fedalf_jax.Algorithm (docs/extending.md)")
     return alg
+
+
+def arg_items(args) -> tuple:
+    """A hashable key of a factory's keyword arguments (``Config.alg_args``): its sorted items, each value
+    with its type (``K=2`` and ``K=2.0`` are two programs)."""
+    return tuple(sorted((k, type(v).__name__, v) for k, v in (args or {}).items()))
+
+
+def factory_signature(factory) -> str:
+    """``fedgkd(K=1)``: a factory's name and parameters as a user reads them (``layer_of`` left out)."""
+    fn = getattr(factory, "__name__", None) or type(factory).__name__
+    try:
+        params = [p for p in inspect.signature(factory).parameters.values() if p.name != "layer_of"]
+    except (TypeError, ValueError):
+        return f"{fn}(...)"
+    return f"{fn}({', '.join(str(p) for p in params)})"
+
+
+def check_args(name: str, factory, args: dict) -> None:
+    """``args`` are keyword arguments ``factory`` takes, and it gets every argument it needs; one line
+    naming the factory, the argument and the factory's parameters otherwise."""
+    from ..sim.algorithms import Algorithm
+    given = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    if isinstance(factory, Algorithm) or not callable(factory):
+        raise RegistryError(f"algorithm {name!r} is an Algorithm, not a factory: it takes no arguments ({given}); "
+                            f"register a factory taking them (e.g. def make(K=1): ...) or drop --alg-arg")
+    if "layer_of" in args:
+        raise RegistryError(f"algorithm {name!r}: layer_of is the model's layer ids, which the run passes itself; "
+                            f"drop --alg-arg layer_of")
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return  # a callable whose signature cannot be read: its call says what it refuses
+    shown = factory_signature(factory)
+    has_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    takes = [p.name for p in params.values() if p.name != "layer_of"
+             and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    for k in args:
+        if k not in takes and not has_kw:
+            has = f"it takes {', '.join(takes)}" if takes else "it takes no arguments"
+            raise RegistryError(f"algorithm {name!r}: its factory {shown} has no parameter {k!r} (--alg-arg "
+                                f"{k}={args[k]!r}); {has}")
+    missing = [p.name for p in params.values() if p.name != "layer_of" and p.name not in args
+               and p.default is inspect.Parameter.empty
+               and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    if missing:
+        raise RegistryError(f"algorithm {name!r}: its factory {shown} needs {', '.join(missing)}; give "
+                            f"{' '.join(f'--alg-arg {m}=VALUE' for m in missing)} (Config(alg_args={{...}}))")
 
 
 # ---- models -----------------------------------------------------------------------------------

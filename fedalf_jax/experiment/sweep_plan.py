@@ -34,6 +34,7 @@ def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Conf
     keys = list(grid)
     combos = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
     algorithms = list(dict.fromkeys(c.get("algorithm", base.get("algorithm", _DEFAULT_ALGORITHM)) for c in combos))
+    _check_arg_axes(base, keys, algorithms)
     named = {k[3:] for k in keys if k.startswith("hp.")} | set(base.get("hp") or {})
     for key in sorted(n for n in named if "." in n):
         owner = key.rpartition(".")[0]
@@ -43,6 +44,10 @@ def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Conf
     out, seen = [], set()
     for combo in combos:
         own = {k[3:]: combo.pop(k) for k in keys if k.startswith("hp.")}
+        args = {k[4:]: combo.pop(k) for k in keys if k.startswith("arg.")}  # the factory's: static, one program each
+        if args:
+            alg = combo.get("algorithm", base.get("algorithm", _DEFAULT_ALGORITHM))
+            combo["alg_args"] = {} if _builtin_beside_user(alg, algorithms) else {**(base.get("alg_args") or {}), **args}
         if own or base.get("hp"):
             alg = combo.get("algorithm", base.get("algorithm", _DEFAULT_ALGORITHM))
             combo["hp"] = own_hparams(alg, {**(combo.get("hp", base.get("hp")) or {}), **own}, algorithms)
@@ -53,6 +58,23 @@ def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Conf
                 seen.add(k)
                 out.append(cfg)
     return out
+
+
+def _builtin_beside_user(alg: str, algorithms: list[str]) -> bool:
+    """A built-in algorithm in a sweep that also runs a user's: the factory arguments (``--alg-arg``) are the
+    user's algorithms' (a built-in has no factory arguments; alone, it refuses them)."""
+    from .options import ALGORITHMS
+    return alg in ALGORITHMS and any(a not in ALGORITHMS for a in algorithms)
+
+
+def _check_arg_axes(base: dict, keys: list, algorithms: list[str]) -> None:
+    """``arg.NAME`` grid axes (``--alg-arg NAME=V1,V2``) need a user's algorithm in the sweep."""
+    from .options import ALGORITHMS
+    if any(k.startswith("arg.") for k in keys) and all(a in ALGORITHMS for a in algorithms):
+        raise ConfigError(f"--alg-arg {', '.join(k[4:] for k in keys if k.startswith('arg.'))}: "
+                          f"{', '.join(algorithms)} {'is a built-in algorithm' if len(algorithms) == 1 else 'are built-in algorithms'}, "
+                          f"whose options are flags; --alg-arg passes arguments to a user's algorithm factory "
+                          f"(module:attribute)")
 
 
 def distinct(configs: list[Config]) -> tuple[list[Config], Optional[str]]:
@@ -180,16 +202,19 @@ def run_names(configs: list[Config]) -> list[str]:
     # an own hyper-parameter names a run only when its algorithm's runs differ in it (a grid of algorithms,
     # one declaring beta, is not varied in beta: fedavgm_seed0, not fedavgm_beta-0.9_seed0)
     varying = [k for k in keys if k not in ("out",) and len({json.dumps(d.get(k)) for d in dicts
-                                                          if not (k.startswith("hp.") and d.get(k) is None)}) > 1]
+                                                          if not (k.startswith(("hp.", "arg.")) and d.get(k) is None)}) > 1]
     names = []
     for d in dicts:
         parts = [d["algorithm"]]
         for k in varying:
             v = d.get(k)
-            if k == "algorithm" or (v is None and k.startswith("hp.")):
+            if k == "algorithm" or (v is None and k.startswith(("hp.", "arg."))):
                 continue
             if k.startswith("hp."):  # the algorithm's own: beta1-0.9
                 parts.append(f"{k[3:]}-{v:g}")
+            elif k.startswith("arg."):  # the factory's argument: K-2
+                if v is not None:
+                    parts.append(f"{k[4:]}-{v:g}" if isinstance(v, float) else f"{k[4:]}-{v}")
             elif k == "seed":
                 parts.append(f"seed{v}")
             elif k in _BARE:

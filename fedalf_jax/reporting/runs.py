@@ -228,8 +228,9 @@ def name_variants(runs: list[Run]) -> None:
 
 
 def _variant_name(label: str, named_by: dict) -> str:
-    # an algorithm's own hyper-parameter by its name: FedAdam (beta1=0.9)
-    parts = [f"{k[3:] if k.startswith('hp.') else k}={_fmt_value(v)}" for k, v in named_by.items()]
+    # an algorithm's own hyper-parameter by its name: FedAdam (beta1=0.9); a factory argument too: fedgkd (K=2)
+    parts = [f"{k.partition('.')[2] if k.startswith(('hp.', 'arg.')) else k}={_fmt_value(v)}"
+             for k, v in named_by.items()]
     return f"{label} ({', '.join(parts)})" if parts else label
 
 
