@@ -954,4 +954,32 @@ mutate fedalf_jax/sim/train.py '_eval(spec)(state.average,' '_eval(spec)(state.v
   "steps48: the avg_* columns evaluate the last iterate" "$LS -k averaged"
 # end steps48
 
+# issue 48 item 5 (labels start with "args48"): --alg-arg / Config.alg_args, a factory's arguments; examples/fedgkd.py
+AA=tests/test_alg_args.py
+mutate fedalf_jax/experiment/registry.py 'factory(layer_of=layer_of, **args) if _accepts(factory, "layer_of") else factory(**args)' \
+  'factory(layer_of=layer_of) if _accepts(factory, "layer_of") else factory()' \
+  "args48: the factory is called without its arguments (K its default)" "$AA -k by_hand"
+mutate fedalf_jax/experiment/config.py '        _check_alg_args(self)' '        pass' \
+  "args48: Config accepts a built-in's or an unknown argument" "$AA -k does_not_take"
+mutate fedalf_jax/experiment/config.py '    alg = _user_algorithm(name, registry.version(), registry.arg_items(args))' \
+  '    alg = _user_algorithm(name, registry.version())' \
+  "args48: the declarations cache is keyed by the name alone" "$AA -k declarations"
+mutate fedalf_jax/experiment/config.py '        if not self.alg_args:  # likewise' '        if True:  # likewise' \
+  "args48: alg_args left out of config.json and the identity" "$AA -k resume"
+mutate fedalf_jax/experiment/registry.py '    if missing:' '    if False:' \
+  "args48: a missing required argument is a raw TypeError" "$AA -k needing"
+mutate fedalf_jax/experiment/sweep_plan.py 'combo["alg_args"] = {} if _builtin_beside_user(alg, algorithms) else' \
+  'combo["alg_args"] = {} if True else' "args48: the sweep drops the arg.K axis" "$AA -k sweep"
+mutate fedalf_jax/cli.py '    given.update({f"arg.{k}": v for k, v in given.pop("alg_args", {}).items()})' '    pass' \
+  "args48: fedalf sweep --alg-arg K=1,2 is not a grid axis" "$AA -k sweep"
+mutate fedalf_jax/reporting/runs.py "k.partition('.')[2] if k.startswith(('hp.', 'arg.')) else k" "k[3:] if k.startswith('hp.') else k" \
+  "args48: the report's variant reads arg.K=2, not K=2" "$AA -k sweep"
+mutate fedalf_jax/cli.py '            x = json.loads(v)' '            x = v' \
+  "args48: --alg-arg K=2 is the string '2'" "$AA -k json_scalars"
+mutate fedalf_jax/cli.py '            if "alg_args" in changed:' '            if False:' \
+  "args48: resume's refusal says alg_args, not --alg-arg K (2 there, 3 given)" "$AA -k resume"
+mutate examples/fedgkd.py '    filled = (jnp.arange(k) < count).astype(jnp.float32)' '    filled = (jnp.arange(k) < k).astype(jnp.float32)' \
+  "args48: fedgkd's teacher averages the empty slots too" "$AA -k by_hand"
+# end args48
+
 exit $status
