@@ -135,6 +135,17 @@ def cross_entropy(batch: Batch, logits=None):
     return jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
+class ClientProgram(NamedTuple):
+    """A client's local procedure (docs/extending.md "The client program"): ``init(ctx) -> carry``,
+    ``step(carry, batch, ctx) -> carry`` once per local minibatch step, ``final(carry, ctx) -> (Δ_i, new
+    state[, aux])``. ``step=None``: no local steps (the client's work is in ``init``/``final``, e.g. a data
+    pass)."""
+
+    init: Callable
+    step: Optional[Callable]
+    final: Callable
+
+
 class ClientFacts(NamedTuple):
     """What a client knows of itself, given to ``penalty`` and ``upload`` as ``facts=`` when they have a
     parameter ``facts``: its sample count and the SGD steps its local training takes this round."""
@@ -292,7 +303,6 @@ def _check_client_program(alg: "Algorithm") -> None:
             raise error(f"algorithm {alg.name!r} has no client: give upload=(theta, w, w_tilde, state, hp, lr_t) -> "
                         f"(Δ_i, new state) or client=fj.ClientProgram(init, step, final) (docs/extending.md)")
         return
-    from .program import ClientProgram
     if not isinstance(alg.client, ClientProgram):
         raise error(f"algorithm {alg.name!r}: client is a {type(alg.client).__name__}; expected "
                     f"fj.ClientProgram(init, step, final)")

@@ -10,7 +10,7 @@ model unchanged, so a padded client trains exactly as it would unpadded. With ``
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +19,25 @@ import optax
 from . import tree as T
 
 Penalty = Optional[Callable[[Any], jnp.ndarray]]  # params -> scalar added to the local objective
+
+
+class ClientOut(NamedTuple):
+    delta: Any      # Δ_i
+    dual: Any       # the client's new state (the ADMM dual; or ())
+    loss: Any       # l_i = f_i(θ_t) (0 when not needed)
+    stats: Any      # the client's batch statistics after training (or None)
+    noise_var: Any = 0.0  # Σ over Δ_i's values of their privacy-noise variance (0 unless the server asks)
+    aux: Any = None       # the client's auxiliary upload (upload's third element), or None
+
+
+def local_steps(n, epochs: int, batch_size: int, steps=None):
+    """The SGD steps a client of ``n`` examples takes in a round: ``epochs · ⌈n / B⌉`` (a padded
+    client's steps past its examples leave the model unchanged, :func:`~fedalf_jax.sim.client.local_sgd`,
+    and are not counted); with ``steps`` (``--local-steps K``), ``K`` (0 for a client without examples)."""
+    n = jnp.asarray(n, jnp.int32)
+    if steps is not None:
+        return jnp.where(n > 0, steps, 0).astype(jnp.int32)
+    return (epochs * ((n + batch_size - 1) // batch_size)).astype(jnp.int32)
 
 
 def epoch_order(key, n, length: int) -> jnp.ndarray:

@@ -28,19 +28,8 @@ import jax
 import jax.numpy as jnp
 
 from . import contract as C
-from .algorithms import ClientFacts, HParams
-from .client import _chunked, epoch_order, full_loss, step_batches, steps_per_epoch
-
-
-class ClientProgram(NamedTuple):
-    """A client's local procedure (docs/extending.md "The client program"): ``init(ctx) -> carry``,
-    ``step(carry, batch, ctx) -> carry`` once per local minibatch step, ``final(carry, ctx) -> (Δ_i, new
-    state[, aux])``. ``step=None``: no local steps (the client's work is in ``init``/``final``, e.g. a data
-    pass)."""
-
-    init: Callable
-    step: Optional[Callable]
-    final: Callable
+from .algorithms import ClientFacts, ClientProgram, HParams  # noqa: F401 (ClientProgram: here too)
+from .client import ClientOut, _chunked, epoch_order, full_loss, local_steps, step_batches, steps_per_epoch
 
 
 class ClientBatch(NamedTuple):
@@ -133,7 +122,6 @@ def model_apply(model):
 def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast, index):
     """One client of round ``t`` run as its algorithm's :class:`ClientProgram` (unbatched; the round vmaps or
     maps it): ``init``, ``step`` once per local minibatch step, ``final``; returns the round's ``ClientOut``."""
-    from .round import ClientOut, local_steps
     alg = spec.algorithm
     prog = alg.client
     C.check_program_run(spec)

@@ -31,7 +31,7 @@ from .tree import _HI
 from . import contract as C
 from .algorithms import SERVER_INFO, SERVER_KEY, Algorithm, Batch, ClientFacts, HParams, ServerIn
 from .batching import each_pair_in_turn
-from .client import full_loss, full_loss_and_grad, local_sgd, masked_loss, model_at
+from .client import ClientOut, full_loss, full_loss_and_grad, local_sgd, local_steps, masked_loss, model_at
 
 
 class ClientData(NamedTuple):
@@ -53,15 +53,6 @@ class RunState(NamedTuple):
     key: Any        # the run key; round t uses fold_in(key, t)
     clients: Any = ()  # what the round keeps per client for the algorithm beside its state (:func:`kept_per_client`)
     average: Any = ()  # --eval-average: the mean of the global variables after rounds 1..t (θ_0 before any), or ()
-
-
-class ClientOut(NamedTuple):
-    delta: Any      # Δ_i
-    dual: Any       # the client's new state (the ADMM dual; or ())
-    loss: Any       # l_i = f_i(θ_t) (0 when not needed)
-    stats: Any      # the client's batch statistics after training (or None)
-    noise_var: Any = 0.0  # Σ over Δ_i's values of their privacy-noise variance (0 unless the server asks)
-    aux: Any = None       # the client's auxiliary upload (upload's third element), or None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -187,16 +178,6 @@ def upload_noise(upload, w_tilde, var):
     _, (tangent, *_) = jax.jvp(upload, (w_tilde,), (jax.tree_util.tree_map(jnp.ones_like, w_tilde),))
     return sum(jnp.sum(jnp.square(a.astype(jnp.float32)) * v)
                for a, v in zip(jax.tree_util.tree_leaves(tangent), jax.tree_util.tree_leaves(var)))
-
-
-def local_steps(n, epochs: int, batch_size: int, steps=None):
-    """The SGD steps a client of ``n`` examples takes in a round: ``epochs · ⌈n / B⌉`` (a padded
-    client's steps past its examples leave the model unchanged, :func:`~fedalf_jax.sim.client.local_sgd`,
-    and are not counted); with ``steps`` (``--local-steps K``), ``K`` (0 for a client without examples)."""
-    n = jnp.asarray(n, jnp.int32)
-    if steps is not None:
-        return jnp.where(n > 0, steps, 0).astype(jnp.int32)
-    return (epochs * ((n + batch_size - 1) // batch_size)).astype(jnp.int32)
 
 
 def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y, bcast=None,
