@@ -978,8 +978,8 @@ mutate fedalf_jax/cli.py '            x = json.loads(v)' '            x = v' \
   "args48: --alg-arg K=2 is the string '2'" "$AA -k json_scalars"
 mutate fedalf_jax/cli.py '            if "alg_args" in changed:' '            if False:' \
   "args48: resume's refusal says alg_args, not --alg-arg K (2 there, 3 given)" "$AA -k resume"
-mutate examples/fedgkd.py '    filled = (jnp.arange(k) < count).astype(jnp.float32)' '    filled = (jnp.arange(k) < k).astype(jnp.float32)' \
-  "args48: fedgkd's teacher averages the empty slots too" "$AA -k by_hand"
+mutate examples/fedgkd.py '    n = jnp.minimum(count, k).astype(jnp.float32)' '    n = jnp.asarray(k, jnp.float32)' \
+  "args48: fedgkd's teacher divides by K before K models exist" "$AA -k by_hand"
 # end args48
 
 exit $status
