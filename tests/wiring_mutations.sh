@@ -982,4 +982,23 @@ mutate examples/fedgkd.py '    n = jnp.minimum(count, k).astype(jnp.float32)' ' 
   "args48: fedgkd's teacher divides by K before K models exist" "$AA -k by_hand"
 # end args48
 
+# issue 48 item 7 (labels start with "cdp48"): --dp central for a user's algorithm whose server is
+# fj.algorithms.weighted_mean_server / mean_server itself; another server or an aux upload refused in one line
+CU=tests/test_central_dp_user.py
+mutate fedalf_jax/experiment/guarantee.py '    if dp == "central" and algorithm in ALGORITHMS and algorithm not in CENTRAL_SENSITIVITY:' \
+  '    if dp == "central" and algorithm not in CENTRAL_SENSITIVITY:' \
+  "cdp48: dp central refuses every user algorithm (FedAvg's server too)" "$CU -k fedprox"
+mutate fedalf_jax/experiment/guarantee.py '    if not any(alg.server is f for f in CENTRAL_SERVERS):' '    if False:' \
+  "cdp48: a user's own server runs under dp central, accounted as a mean" "$CU -k own_server"
+mutate fedalf_jax/experiment/guarantee.py '    if refused:  # a factory that needs layer_of is first built here' '    if False:  # (mutated)' \
+  "cdp48: a factory built only for the model runs its own server under dp central" "$CU -k own_server"
+mutate fedalf_jax/experiment/guarantee.py '    if alg.public_aux is not None:' '    if False:' \
+  "cdp48: an aux upload (unclipped, un-noised) runs under dp central" "$CU -k aux"
+mutate fedalf_jax/experiment/guarantee.py '"sensitivity": f"{central_sensitivity_of(cfg.algorithm)} x server_lr x clip"' \
+  '"sensitivity": f"{CENTRAL_SENSITIVITY.get(cfg.algorithm)} x server_lr x clip"' \
+  "cdp48: the record's sensitivity of a user's algorithm reads None" "$CU -k fedprox"
+mutate fedalf_jax/experiment/guarantee.py '            if alg is not None and alg.personal_model is not None:' '            if False:' \
+  "cdp48: the personal models are not listed as outside central DP" "$CU -k personal"
+# end cdp48
+
 exit $status

@@ -263,8 +263,8 @@ def central_sensitivity(cfg: Config) -> float:
     (guarantee.CENTRAL_SENSITIVITY); 0 else."""
     if cfg.dp != "central":
         return 0.0
-    from .guarantee import CENTRAL_SENSITIVITY
-    return 2.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0
+    from .guarantee import central_sensitivity_of  # a user's algorithm runs here only with a mean server: 2/m
+    return 2.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0
 
 
 def build_model(cfg: Config, pool: Pool) -> Model:

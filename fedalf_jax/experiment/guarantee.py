@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..notices import Notice
+from ..sim.algorithms import mean_server, weighted_mean_server
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, gaussian_epsilon
 from . import registry
 from .options import _ADMM, ALGORITHMS, CLIENT_GRADS, DPS, MODELS, _user_algorithm, alg_key
@@ -57,9 +58,14 @@ class PrivacyOptions(Protocol):
 # add/remove's), the fair servers' 2 (the fair direction has norm ≤ ‖mean Δ̃_i‖ ≤ clip whatever the QP's
 # weights, so two outputs differ by at most 2·clip). qFedAvg (its step divides by loss-dependent h_i) has no bound.
 CENTRAL_SENSITIVITY = {"fedavg": "2/m", "fedprox": "2/m", "fedadmm": "2/m", "fedlf": "2", "fedalf": "2"}
+# A user's algorithm is accounted as the mean servers are when its server IS one of these function objects
+# (identity: nothing is taken on trust): under dp="central" the round weighs the clients 1/m, so either is
+# θ − η_g·mean_i clip(Δ_i), which reads nothing else of ServerIn and keeps its server state as it is.
+CENTRAL_SERVERS = (weighted_mean_server, mean_server)
 _SENDS_LOSS = ("qfedavg", "fedlf", "fedalf")  # Algorithm.needs_loss: l_i = f_i(θ_t) is uploaded
 _WEIGHTED_BY_N = ("fedavg", "fedprox")  # weighted_mean_server: p_i = n_i / Σ n_j
 _AUX_NOT_COVERED = "the auxiliary upload ServerIn.aux"  # privacy_not_covered's entry (recorded_guarantee reads it)
+_PERSONAL_NOT_COVERED = "the personal models (personal_model)"
 
 
 def privacy_record(cfg: PrivacyOptions) -> dict:
@@ -73,7 +79,7 @@ def privacy_record(cfg: PrivacyOptions) -> dict:
                else f"{value}, given the tensor's centre and radius", "dual_from": cfg.resolved_dual_from}
     elif cfg.dp == "central":
         out = {"mechanism": "central", "epsilon_total": cfg.epsilon, "delta": cfg.delta, "clip": cfg.clip,
-               "rounds": cfg.rounds, "sensitivity": f"{CENTRAL_SENSITIVITY.get(cfg.algorithm)} x server_lr x clip"}
+               "rounds": cfg.rounds, "sensitivity": f"{central_sensitivity_of(cfg.algorithm)} x server_lr x clip"}
     elif cfg.dp == "gaussian":
         out = {"mechanism": "gaussian", "epsilon_nominal": cfg.epsilon, "delta": cfg.delta,
                "epsilon_exact": gaussian_epsilon(cfg.epsilon, cfg.delta), "clip": cfg.clip,
@@ -132,8 +138,21 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
     if cfg.model == "cnn_bn":  # central DP too: its noise is on θ, the averaged statistics are released as they are
         return False, "cnn_bn's batch-norm statistics leave the client un-noised (the server averages them)"
     if mech == "central":
-        return True, (f"each client's upload Δ_i is clipped to L2 norm {cfg.clip:g} and the server adds Gaussian noise "
-                      f"to its step ({CENTRAL_SENSITIVITY[cfg.algorithm]} x server_lr x clip sensitivity, noise "
+        server = ""
+        if cfg.algorithm not in ALGORITHMS:  # a user's: holds only for a mean server and no auxiliary upload
+            user = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
+            if user is None:
+                return False, (f"algorithm {cfg.algorithm!r}'s factory cannot be built without the model's layers "
+                               f"(layer_of), so its server is not read here and central DP's guarantee is not "
+                               f"claimed for it")
+            refused = central_refusal(cfg.algorithm, user)
+            if refused:  # refused by validate_privacy; never claimed whatever calls this
+                return False, refused
+            server = (f"algorithm {cfg.algorithm!r}'s server is the package's {user.server.__name__} (checked: the "
+                      f"function itself), the mean of the clipped uploads under central DP, and it sends nothing "
+                      f"beside Δ_i; ")
+        return True, (f"{server}each client's upload Δ_i is clipped to L2 norm {cfg.clip:g} and the server adds Gaussian noise "
+                      f"to its step ({central_sensitivity_of(cfg.algorithm)} x server_lr x clip sensitivity, noise "
                       f"multiplier calibrated by dp_accounting), so the global models released over the {cfg.rounds} "
                       f"rounds are (epsilon={cfg.epsilon:g}, delta={cfg.delta:g})-DP for replacing any one client's "
                       f"data (user-level, amplified by sampling {cfg.clients_per_round} of {cfg.clients} without "
@@ -261,10 +280,43 @@ def check_applied(cfg: PrivacyOptions, spec) -> None:
                               f"model but {name}={getattr(read, name)!r} when its factory is called with "
                               f"layer_of=None, which the run's privacy record reads; let the factory declare the same "
                               f"{name} whatever layer_of")
+    refused = central_refusal(cfg.algorithm, alg) if cfg.dp == "central" and cfg.algorithm not in ALGORITHMS else None
+    if refused:  # a factory that needs layer_of is first built here (or builds otherwise for the model)
+        raise ConfigError(refused)
     if cfg.model not in MODELS and spec.model.has_batch_stats:
         raise ConfigError(f"{option}={value!r} cannot be used with model {cfg.model!r}, which keeps batch statistics "
                           f"(batch_stats): the server averages them un-noised beside the clients' uploads, outside "
                           f"the mechanism; drop batch norm from the model or run it with {option}='none'")
+
+
+def central_sensitivity_of(algorithm: str) -> str:
+    """The server step's replace-one sensitivity under ``dp="central"``, in units of η_g·clip: a built-in's
+    :data:`CENTRAL_SENSITIVITY`, a user's algorithm's ``"2/m"`` (central DP runs one only when
+    :func:`central_refusal` finds nothing: its server is one of :data:`CENTRAL_SERVERS`)."""
+    return CENTRAL_SENSITIVITY[algorithm] if algorithm in ALGORITHMS else "2/m"
+
+
+def central_refusal(name: str, alg) -> str | None:
+    """Why ``dp="central"`` cannot account a user's algorithm ``alg``, in one line; ``None`` when it can.
+
+    The accounting (docs/privacy.md) assumes the round's released model is ``θ − η_g·mean_i clip(Δ_i)``
+    plus the server's noise: the mean server (:data:`CENTRAL_SERVERS`, tested by identity) moves by at most
+    ``2·η_g·clip/m`` when one client's data is replaced, whatever that client's upload was, so its client may
+    train as it likes (``penalty``, ``local_loss``, ``local_optimizer``, ``local_start``, ``personal``, a
+    per-client state: the server never reads a client's state, only its clipped Δ_i). Refused: any other
+    server (its sensitivity is not analysed), and an auxiliary upload (``public_aux`` set: ``ServerIn.aux`` is
+    neither clipped nor noised, and its ``metrics`` are released as they are)."""
+    if not any(alg.server is f for f in CENTRAL_SERVERS):
+        return (f"dp='central' needs a bound on how much one client moves the server step, and algorithm {name!r} "
+                f"has its own server, whose bound is not analysed: build it with server=fj.algorithms."
+                f"weighted_mean_server or fj.algorithms.mean_server (FedAvg's mean of the clipped uploads, accounted "
+                f"at 2·clip/m; its client may train as it likes), or use dp='gaussian'")
+    if alg.public_aux is not None:
+        return (f"dp='central' cannot be used with algorithm {name!r}, which sends an auxiliary upload ServerIn.aux "
+                f"(public_aux={alg.public_aux}) beside Δ_i: central DP clips only Δ_i and noises only the server's "
+                f"step, so aux would leave each client unclipped and un-noised; upload only (Δ_i, new state) "
+                f"(drop public_aux), or use dp='gaussian'")
+    return None
 
 
 def _no_local_train(name: str, option: str = "", value: str = "") -> str:
@@ -284,8 +336,14 @@ def privacy_not_covered(cfg: PrivacyOptions) -> list[str]:
     if mech == "none":
         return []
     if mech == "central":
-        return ["everything a client sends to the server (its clipped update, loss and sample count): central DP "
-                "covers the released global models, not the uploads"]
+        out = ["everything a client sends to the server (its clipped update, loss and sample count): central DP "
+               "covers the released global models, not the uploads"]
+        if cfg.algorithm not in ALGORITHMS:
+            alg = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
+            if alg is not None and alg.personal_model is not None:
+                out.append(f"{_PERSONAL_NOT_COVERED}: each client's own model, kept on the client and evaluated "
+                           f"un-noised (central DP covers the global models only)")
+        return out
     out = []
     if mech == "adaptive":
         out.append("|δ| = |w − c| of every weight")
@@ -354,10 +412,10 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
     if ldp == "none" and dp == "none":
         return
     option, value = ("ldp", ldp) if ldp != "none" else ("dp", dp)
-    if dp == "central" and algorithm not in CENTRAL_SENSITIVITY:
+    if dp == "central" and algorithm in ALGORITHMS and algorithm not in CENTRAL_SENSITIVITY:
         raise ValueError(f"dp='central' needs a bound on how much one client moves the server step; algorithm="
-                         f"{algorithm!r} has none (qFedAvg divides by loss-dependent h_i; a user's algorithm is not "
-                         f"analysed): use one of {', '.join(CENTRAL_SENSITIVITY)}, or dp='gaussian'")
+                         f"{algorithm!r} has none (qFedAvg divides by loss-dependent h_i): use one of "
+                         f"{', '.join(CENTRAL_SENSITIVITY)} (or a user's algorithm with FedAvg's server), or dp='gaussian'")
     if algorithm == "fedlf" and client_grad != "local":
         raise ValueError(
             f"{option}={value!r} cannot be used with algorithm='fedlf' and client_grad={client_grad!r}: "
@@ -367,6 +425,9 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
         user = _user_algorithm(algorithm, registry.version())
         if user is not None and not user.local_train:
             raise ValueError(_no_local_train(algorithm, option, value))
+        refused = central_refusal(algorithm, user) if dp == "central" and user is not None else None
+        if refused:
+            raise ValueError(refused)
 
     eps = _as_array("epsilon", epsilon, f"set epsilon to a finite privacy budget > 0 for {option}={value!r}")
     if not (np.all(np.isfinite(eps)) and np.all(eps >= np.finfo(np.float32).tiny)):
