@@ -150,6 +150,14 @@ def test_local_steps_is_recorded_and_part_of_the_identity(tmp_path):
         fj.run(cfg.replace(rounds=2, local_steps=3), progress=False, resume=True)
 
 
+def test_local_steps_without_local_training_is_said():
+    """FedLF's full-gradient client trains nothing: --local-steps is named as never read, not silently dropped."""
+    from fedalf_jax.experiment.sweep_plan import unread_given
+    line = unread_given([fj.Config(algorithm="fedlf", client_grad="full", local_steps=2)], {"local_steps"})
+    assert line is not None and "--local-steps 2 has no effect with client_grad=full" in line
+    assert unread_given([fj.Config(algorithm="fedlf", client_grad="local", local_steps=2)], {"local_steps"}) is None
+
+
 def test_sweep_over_local_steps_equals_single_runs(tmp_path, capsys):
     argv = ["sweep", "--dataset", "synthetic", "--model", "mlp", "--clients", "6", "--clients-per-round", "3",
             "--synthetic-train", "240", "--synthetic-test", "60", "--batch-size", "20", "--eval-every", "1",

@@ -952,6 +952,9 @@ mutate fedalf_jax/sim/round.py 'lambda a, v: (a + (v - a) / jnp.asarray(t, a.dty
   "steps48: the 'average' is the last iterate" "$LS -k averaged"
 mutate fedalf_jax/sim/train.py '_eval(spec)(state.average,' '_eval(spec)(state.variables,' \
   "steps48: the avg_* columns evaluate the last iterate" "$LS -k averaged"
+mutate fedalf_jax/experiment/identity.py $'local_optimizer="client_grad=full",\n                   local_steps="client_grad=full")' \
+  'local_optimizer="client_grad=full")' \
+  "steps48: --local-steps with FedLF's full gradient is not said to be unread" "$LS -k said"
 # end steps48
 
 # issue 48 item 5 (labels start with "args48"): --alg-arg / Config.alg_args, a factory's arguments; examples/fedgkd.py

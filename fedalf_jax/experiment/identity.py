@@ -75,7 +75,8 @@ def ignored_options(cfg: "Config") -> dict[str, str]:
         return partition_ignores(cfg.partition)
     out = {**partition_ignores(cfg.partition), **{k: "" for k, users in USED_BY.items() if algo not in users}}
     if algo == "fedlf" and cfg.client_grad == "full":  # no local training: the client sends ∇f_i(θ_t)
-        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full")
+        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full",
+                   local_steps="client_grad=full")
     if algo == "qfedavg":  # its step is set by its h_i (dp central, whose noise reads η_g, refuses qfedavg)
         out.update(server_lr="", server_lr_decay="")
     if cfg.ldp == "none" and cfg.dp == "none":
