@@ -213,7 +213,8 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     values) and every seed, as vmapped programs, into run directories under ``out`` (one per run). E.g.
     ``fj.sweep(cfg, out="runs/s", grid={"algorithm": ["fedavg", "fedalf"]}, seeds=[0, 1, 2])``. The key
     ``"hp.NAME"`` varies the algorithm's own hyper-parameter ``NAME`` (``grid={"hp.beta1": [0.9, 0.99]}``):
-    traced like ``lr``, its values run in one program.
+    traced like ``lr``, its values run in one program; ``"arg.NAME"`` varies a user's algorithm factory's argument
+    ``NAME`` (``Config.alg_args``, ``grid={"arg.K": [1, 2]}``): static, one program per value.
 
     A folder that already holds a sweep is refused unless ``resume=True`` (the same call again: its
     unfinished runs are finished, its finished ones read back; the options must describe the same runs),
@@ -226,7 +227,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     base = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "out")}
     base["hp"] = dict(cfg.hp)  # the values given, not the defaults: a grid over algorithms fills in each one's own
     grid = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (grid or {}).items()}
-    unknown = sorted(k for k in set(grid) - set(base) if not (isinstance(k, str) and k.startswith("hp.")))
+    unknown = sorted(k for k in set(grid) - set(base) if not (isinstance(k, str) and k.startswith(("hp.", "arg."))))
     if unknown:
         raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
     configs = expand(base, grid, list(seeds))

@@ -192,3 +192,16 @@ def test_the_declarations_are_read_from_the_factory_called_with_the_arguments():
     res = fj.run(algorithm="declares_k48", alg_args={"K": 2}, dataset="synthetic", model="mlp", clients=4,
                  clients_per_round=2, rounds=1, synthetic_train=80, synthetic_test=40, eval_every=1, progress=False)
     assert res.config.resolved_hp == {"w2": 2.0}
+
+
+def test_fj_sweep_grids_arg_K_and_a_builtin_beside_takes_none(tmp_path):
+    """``fj.sweep(grid={"arg.K": [1, 2]})`` (before: 'not config options'); a grid of algorithms with
+    ``alg_args`` given: the user's runs get them, the built-in's none (before: the built-in refused them)."""
+    from fedalf_jax.experiment.sweep_plan import expand
+    small = dict(dataset="synthetic", model="mlp", clients=4, clients_per_round=2, rounds=1, synthetic_train=80,
+                 synthetic_test=40, eval_every=1)
+    fj.sweep(algorithm=GKD, grid={"arg.K": [1, 2]}, out=tmp_path / "s", progress=False, **small)
+    runs = json.loads((tmp_path / "s" / "sweep.json").read_text())["runs"]
+    assert [r["config"]["alg_args"] for r in runs] == [{"K": 1}, {"K": 2}]
+    cfgs = expand({**small, "alg_args": {"K": 2}}, {"algorithm": ["fedavg", GKD]}, [0])
+    assert [(c.algorithm, c.alg_args) for c in cfgs] == [("fedavg", {}), (GKD, {"K": 2})]

@@ -983,6 +983,10 @@ mutate fedalf_jax/cli.py '            if "alg_args" in changed:' '            if
   "args48: resume's refusal says alg_args, not --alg-arg K (2 there, 3 given)" "$AA -k resume"
 mutate examples/fedgkd.py '    n = jnp.minimum(count, k).astype(jnp.float32)' '    n = jnp.asarray(k, jnp.float32)' \
   "args48: fedgkd's teacher divides by K before K models exist" "$AA -k by_hand"
+mutate fedalf_jax/api.py 'k.startswith(("hp.", "arg.")))' 'k.startswith("hp."))' \
+  "args48: fj.sweep refuses grid={'arg.K': ...}" "$AA -k fj_sweep"
+mutate fedalf_jax/experiment/sweep_plan.py '        if args or base.get("alg_args"):' '        if args:' \
+  "args48: a built-in beside a user's algorithm gets its alg_args (refused)" "$AA -k fj_sweep"
 # end args48
 
 # issue 48 item 7 (labels start with "cdp48"): --dp central for a user's algorithm whose server is

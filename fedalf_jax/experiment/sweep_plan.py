@@ -45,7 +45,7 @@ def expand(base: dict, grid: dict[str, list], seeds: Iterable[int]) -> list[Conf
     for combo in combos:
         own = {k[3:]: combo.pop(k) for k in keys if k.startswith("hp.")}
         args = {k[4:]: combo.pop(k) for k in keys if k.startswith("arg.")}  # the factory's: static, one program each
-        if args:
+        if args or base.get("alg_args"):
             alg = combo.get("algorithm", base.get("algorithm", _DEFAULT_ALGORITHM))
             combo["alg_args"] = {} if _builtin_beside_user(alg, algorithms) else {**(base.get("alg_args") or {}), **args}
         if own or base.get("hp"):
