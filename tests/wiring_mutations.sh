@@ -1008,4 +1008,23 @@ mutate fedalf_jax/experiment/guarantee.py '            if alg is not None and al
   "cdp48: the personal models are not listed as outside central DP" "$CU -k personal"
 # end cdp48
 
+# issue 48 item 8 (labels start with "ex48"): examples/fedsam.py, feddecorr.py, perfedavg.py against two rounds
+# computed by hand in float64 (tests/test_examples_48.py)
+E8=tests/test_examples_48.py
+mutate examples/fedsam.py 'g_sam = jax.grad(f)(jax.tree_util.tree_map(lambda p, e: p + e, w, eps))' 'g_sam = g' \
+  "ex48: fedsam descends with the gradient at w, not at w + eps (FedAvg)" "$E8 -k fedsam_matches"
+mutate examples/fedsam.py 'x / (norm + 1e-12), g)' 'x / (jnp.linalg.norm(x) + 1e-12), g)' \
+  "ex48: fedsam's eps normalised per tensor, not by the norm over every parameter" "$E8 -k fedsam_matches"
+mutate examples/feddecorr.py '    return fj.cross_entropy(batch) + hp.own["beta"] * decorr(batch.features, batch.mask)' \
+  '    return fj.cross_entropy(batch)' "ex48: feddecorr without its decorrelation term" "$E8 -k feddecorr_matches"
+mutate examples/feddecorr.py 'jnp.sum(c * c * m, axis=0) / n' 'jnp.mean(c * c, axis=0)' \
+  "ex48: feddecorr's variance counts the batch's padded rows" "$E8 -k feddecorr_matches"
+mutate examples/perfedavg.py 'lambda w, a: jnp.where(first, w, a)' 'lambda w, a: w' \
+  "ex48: perfedavg's beta-step takes the gradient at w, not at the adapted point" "$E8 -k perfedavg_matches"
+mutate examples/perfedavg.py 'ctx.theta, c["w"]), personal' 'ctx.theta, c["w"]), ctx.theta' \
+  "ex48: perfedavg's personal model is theta_t, not fine-tuned one alpha-step" "$E8 -k perfedavg_matches"
+mutate examples/perfedavg.py 'server=fj.algorithms.mean_server,' 'server=fj.algorithms.weighted_mean_server,' \
+  "ex48: perfedavg's server weighs by n_i, not the paper's plain mean" "$E8 -k perfedavg_matches"
+# end ex48
+
 exit $status
