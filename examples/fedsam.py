@@ -11,8 +11,9 @@ Run it from the repository root:
 
     fedalf run --algorithm examples.fedsam:fedsam --model mlp --rounds 20 --hp sam_rho=0.05
 
-The descent is plain SGD, as in both papers' FedSAM: as a client program it takes no ``--local-optimizer``
-and no ``--ldp``/``--dp`` (refused in one line).
+The descent is plain SGD, as in both papers' FedSAM: a client program's steps are its own, so
+``--local-optimizer`` is refused in one line (write momentum into ``step`` and the carry); under a privacy
+mechanism it runs as client programs do (docs/extending.md, "The client program").
 """
 
 import jax
