@@ -309,20 +309,17 @@ def test_a_programs_mistake_is_one_line(capsys, tmp_path, make, needles):
     one_line_error(code, err, *needles)
 
 
-@pytest.mark.parametrize("option", [["--ldp", "adaptive"], ["--dp", "gaussian"]])
-def test_a_program_under_a_privacy_mechanism_is_refused_in_one_line(capsys, tmp_path, option):
-    """This first cut does not pass Δ_i, aux and data-pass statistics through a mechanism: refused, before
-    anything is written."""
-    _cfg("fedavg")  # registers the tiny data
-    out = tmp_path / "priv"
+def test_a_program_on_a_model_with_batch_statistics_is_refused_before_anything_is_written(capsys, tmp_path):
+    """A program does not train batch statistics: refused in one line when the round is built, before the run's
+    folder is announced (under a mechanism, see tests/test_client_program_privacy.py)."""
+    _cfg("fedavg")  # registers the tiny data and models
+    out = tmp_path / "bn"
     code, err = cli(capsys, ["run", "--algorithm", "examples.fedlc:fedlc", "--dataset", "tiny_mixed", "--partition",
-                             "given", "--model", "tiny", "--clients", "3", "--clients-per-round", "3", "--rounds", "1",
-                             "--no-progress", "--out", str(out), *option])
-    # the config's privacy record warns first that the guarantee does not hold (the algorithm declares nothing)
-    assert err.splitlines()[0].startswith("fedalf: warning: the privacy guarantee does not hold")
-    err = "\n".join(err.splitlines()[1:])
-    one_line_error(code, err, "client program", "privacy mechanism", f"{option[0][2:]}='none'")
-    assert not (out / "metrics.csv").exists()
+                             "given", "--model", "tiny_bn", "--clients", "3", "--clients-per-round", "3", "--rounds",
+                             "1", "--no-progress", "--out", str(out)])
+    err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("fedalf: warning: code digest"))
+    one_line_error(code, err, "client program", "batch_stats", "without BatchNorm")
+    assert not out.exists()
 
 
 def test_a_program_beside_the_default_clients_fields_is_refused():

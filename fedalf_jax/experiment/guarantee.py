@@ -169,7 +169,7 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
                            f"guarantee is not claimed for what it uploads")
         if not user.local_train:  # refused by validate_privacy; never claimed whatever calls this
             return False, _no_local_train(cfg.algorithm)
-        if not user.private_upload:
+        if not user.private_upload and user.client is None:  # a client program's upload is the round's: θ − w̃
             return False, (f"algorithm {cfg.algorithm!r} does not declare private_upload=True (that its upload is "
                            f"a function of the mechanism's output w̃_i and public values only), so nothing says "
                            f"the mechanism's guarantee covers what it uploads")
@@ -198,7 +198,11 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
         return False, (f"ldp=ldp_fl at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the probability "
                        f"1/(e^epsilon+1) of an extreme weight's other output rounds to 0, so no finite epsilon bounds "
                        f"the ratio of the output probabilities")
-    if cfg.algorithm not in ALGORITHMS:
+    if cfg.algorithm not in ALGORITHMS and user.client is not None:  # a client program: the round computes Δ_i
+        upload = (f"algorithm {cfg.algorithm!r}'s client program reveals its trained params through fj.Reveal, and "
+                  f"the round itself uploads Δ_i = θ_t − w̃_i, the mechanism's output w̃_i of those params (a "
+                  f"program whose final returns Δ_i itself is refused under a mechanism while the round is traced)")
+    elif cfg.algorithm not in ALGORITHMS:
         upload = (f"algorithm {cfg.algorithm!r} declares its upload a function of the mechanism's output w̃_i and "
                   f"public values (private_upload=True)")
         if user.public_aux:  # its auxiliary upload rides on a second declaration
@@ -227,7 +231,12 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
         short = f", short of the nominal epsilon={cfg.epsilon:g}" if exact > cfg.epsilon * (1 + 1e-9) else ""
         what = (f"(ε, δ)-DP at epsilon={exact:.3g}, delta={cfg.delta:g} under {cfg.neighbouring}, by exact "
                 f"analytic-Gaussian accounting{short}")
-    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own
+    if cfg.algorithm not in ALGORITHMS and user.client is not None and user.public_aux:
+        return True, (f"{upload}; its auxiliary upload ServerIn.aux rests on the algorithm's own declaration, not on "
+                      f"a check, that it is a function of public values only (public_aux=True; final does not see "
+                      f"w̃_i); if that is true, by post-processing the mechanism's guarantee holds for one upload "
+                      f"per round ({what}); nothing composes it over rounds")
+    if cfg.algorithm not in ALGORITHMS and user.client is None:  # nothing checks a user's upload: the claim is its own
         which, true = ("declarations", "those declarations are") if user.public_aux else ("declaration",
                                                                                          "that declaration is")
         return True, (f"this rests on the algorithm's own {which}, not on a check: {upload}; if {true} "

@@ -276,21 +276,26 @@ def check_state_init(alg, fn_name: str, make, *args):
 
 # ---- the client program (fj.ClientProgram; docs/extending.md "The client program") ---------------------------
 
-PROGRAM_PRIVACY = ("client programs do not yet run under a privacy mechanism (what leaves the client, Δ_i, aux "
-                   "and data-pass statistics, is not passed through it)")
+def raw_delta_refusal(alg, spec) -> str:
+    """One line: under a local mechanism (``--ldp``, ``--dp gaussian``) a client program's ``final`` returned a
+    raw ``(Δ_i, new state[, aux])``, which would leave the client past the mechanism (it perturbs a revealed
+    model, and the program computed Δ_i from the un-noised one): it must return ``fj.Reveal(w, ...)``."""
+    option, value = ("ldp", spec.ldp) if spec.ldp != "none" else ("dp", spec.dp)
+    return (f"algorithm {alg.name!r} has a client program whose final returns Δ_i itself, which would leave the "
+            f"client past the privacy mechanism ({option}={value!r} perturbs the model a client reveals): return "
+            f"fj.Reveal(w, new state[, aux]) with the trained params w (the round privatises them and uploads "
+            f"Δ_i = θ − w̃, as FedAvg does), or run it with {option}='none'")
 
 
 def check_program_run(spec) -> None:
-    """A client program's round (``spec.algorithm.client``) is one this first cut runs exactly: no privacy
-    mechanism, no batch statistics; one line otherwise (``build.make_spec`` calls it before anything is
-    written, the round again while it is traced)."""
+    """A client program's round (``spec.algorithm.client``) is one the round runs exactly: no batch
+    statistics (a program does not train them); one line otherwise (``build.make_spec`` calls it before
+    anything is written, the round again while it is traced). Under a privacy mechanism its ``final`` must
+    return a :class:`~fedalf_jax.sim.program.Reveal` (checked while the round is traced:
+    :func:`raw_delta_refusal`)."""
     alg = spec.algorithm
     if getattr(alg, "client", None) is None:
         return
-    if spec.ldp != "none" or spec.dp != "none":
-        option, value = ("ldp", spec.ldp) if spec.ldp != "none" else ("dp", spec.dp)
-        raise error(f"algorithm {alg.name!r} has a client program, and {PROGRAM_PRIVACY}; run it with {option}='none' "
-                    f"(not {value!r})")
     if getattr(spec.model, "has_batch_stats", False):
         raise error(f"algorithm {alg.name!r} has a client program, which does not yet train a model's batch "
                     f"statistics (batch_stats); use a model without BatchNorm")
@@ -310,6 +315,16 @@ def check_fold(alg, got, want) -> None:
     check_like(fn, "the accumulator", got, want, expected="the accumulator it was given, as fold's init")
 
 
+def unpack_reveal(alg, out, theta, state) -> tuple[Any, Any, Any]:
+    """``(w, new state, aux)`` from the ``fj.Reveal`` that ``client.final`` returned, checked against θ (``w``
+    shaped and typed like the params) and the client's state; an ``aux`` as :func:`unpack_final` checks it."""
+    fn = f"algorithm {alg.name!r}: client.final"
+    check_arrays(fn, "fj.Reveal's w", out.w)
+    check_like(fn, "fj.Reveal's w", out.w, theta, expected="the trained params, shaped like θ")
+    _check_final_rest(alg, fn, out.state, state, out.aux)
+    return out.w, out.state, out.aux
+
+
 def unpack_final(alg, out, theta, state) -> tuple[Any, Any, Any]:
     """``(Δ_i, new state, aux)`` from what ``client.final`` returned, checked against θ and the client's state."""
     fn = f"algorithm {alg.name!r}: client.final"
@@ -320,6 +335,12 @@ def unpack_final(alg, out, theta, state) -> tuple[Any, Any, Any]:
     aux = out[2] if len(out) == 3 else None
     check_arrays(fn, "Δ_i", delta)
     check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")
+    _check_final_rest(alg, fn, new_state, state, aux)
+    return delta, new_state, aux
+
+
+def _check_final_rest(alg, fn: str, new_state, state, aux) -> None:
+    """The new client state and the ``aux`` that ``client.final`` returned (beside Δ_i or in a ``Reveal``)."""
     check_arrays(fn, "the new client state", new_state)
     check_like(fn, "the new client state", new_state, state, expected="the state it was given (ctx.state)")
     if aux is not None:
@@ -335,4 +356,3 @@ def unpack_final(alg, out, theta, state) -> tuple[Any, Any, Any]:
             if jnp.shape(v) != ():
                 raise error(f"{fn} returned the client metric {k!r} of shape {tuple(jnp.shape(v))}; expected a "
                             f"scalar")
-    return delta, new_state, aux

@@ -6,7 +6,11 @@ client_final)``:
 * ``step(carry, batch, ctx) -> carry``: called once per local minibatch step, inside the same ``lax.scan``
   over epochs of ``lax.scan`` over steps (and the same shuffle and keys) as the default client's SGD, so a
   step warm-starts from the last (pFedMe's θ̃); a step with no real example leaves the carry unchanged;
-* ``final(carry, ctx) -> (Δ_i, new state[, aux])``: what the client uploads, as ``Algorithm.upload`` returns it.
+* ``final(carry, ctx) -> (Δ_i, new state[, aux])``: what the client uploads, as ``Algorithm.upload`` returns it;
+  or ``fj.Reveal(w, new state[, aux])``: the model ``w`` the client reveals, which the round passes through the
+  run's privacy mechanism (:func:`~fedalf_jax.sim.round.privatise`, with the default client's key) and uploads
+  as ``Δ_i = θ − w̃`` (FedAvg's model upload). Under ``--ldp`` or ``--dp gaussian`` only a ``Reveal`` runs: a raw
+  ``Δ_i`` would leave the client past the mechanism, and is refused in one line.
 
 ``ctx`` is one :class:`ClientContext`: θ, the client's state, ``hp``, the broadcast, the round, this round's
 learning rate, a per-client key, the client's :class:`~fedalf_jax.sim.algorithms.ClientFacts` (``n``,
@@ -28,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from . import contract as C
+from . import tree as T
 from .algorithms import ClientFacts, ClientProgram, HParams  # noqa: F401 (ClientProgram: here too)
 from .client import ClientOut, _chunked, epoch_order, full_loss, local_steps, step_batches, steps_per_epoch
 
@@ -45,6 +50,25 @@ class ClientBatch(NamedTuple):
     mask: Any
     step: Any
     key: Any = None
+
+
+class Reveal(NamedTuple):
+    """What ``client.final`` returns to reveal a model rather than an update: ``w`` the client's trained
+    params (shaped like θ), ``state`` its new state, ``aux`` an auxiliary upload (``None``: none; it needs
+    ``public_aux``, and with ``public_aux=False`` the privacy record lists it as not covered).
+
+    The round computes the upload itself: ``w̃ = privatise(w)`` (the run's mechanism, its key the default
+    client's, so a program revealing FedAvg's ``w`` is FedAvg under the same mechanism bit for bit) and
+    ``Δ_i = θ − w̃``; without a mechanism ``Δ_i = θ − w``. Under central DP ``Δ_i`` is clipped as any upload."""
+
+    w: Any
+    state: Any
+    aux: Any = None
+
+
+# ctx.key under a local mechanism: the program's own randomness, folded off the mechanism's key (which the
+# round draws the noise of the revealed w from) so that the two are independent
+PROGRAM_KEY = 0x9E7
 
 
 class ClientContext(NamedTuple):
@@ -119,9 +143,11 @@ def model_apply(model):
     return apply
 
 
-def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast, index):
+def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast, index, privatise=None):
     """One client of round ``t`` run as its algorithm's :class:`ClientProgram` (unbatched; the round vmaps or
-    maps it): ``init``, ``step`` once per local minibatch step, ``final``; returns the round's ``ClientOut``."""
+    maps it): ``init``, ``step`` once per local minibatch step, ``final``; returns the round's ``ClientOut``.
+    ``privatise``: :func:`~fedalf_jax.sim.round.privatise` (given by the round: this module does not import
+    it), applied to the model a :class:`Reveal` reveals."""
     alg = spec.algorithm
     prog = alg.client
     C.check_program_run(spec)
@@ -130,7 +156,9 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
                       f"statistics (batch_stats); use a model without BatchNorm")
     theta = theta_vars["params"]
     lr_t = hp.lr * hp.lr_decay ** t
-    k_train, k_ctx = jax.random.split(key)  # k_train: the default client's batches and dropout keys, as local_sgd
+    k_train, k_priv = jax.random.split(key)  # k_train: the default client's batches and dropout keys, as local_sgd
+    local_mech = spec.ldp != "none" or spec.dp == "gaussian"  # noise drawn on the client from k_priv
+    k_ctx = jax.random.fold_in(k_priv, PROGRAM_KEY) if local_mech else k_priv
     loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size,
                       forward_only=spec.client_map == "map") if alg.needs_loss else jnp.zeros(()))
     facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),
@@ -143,8 +171,23 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     if prog.step is not None:
         carry = _steps(spec, prog.step, ctx, carry, x, y, idx, n, k_train)
     out = C.call(alg, "client.final", prog.final, (carry, ctx), {}, "carry, ctx")
-    delta, new_state, aux = C.unpack_final(alg, out, theta, state)
-    return ClientOut(delta, new_state, loss, theta_vars.get("batch_stats"), jnp.zeros((), jnp.float32), aux)
+    noise_var = jnp.zeros((), jnp.float32)
+    if isinstance(out, Reveal):  # the model the client reveals: through the mechanism, then Δ_i = θ − w̃
+        w, new_state, aux = C.unpack_reveal(alg, out, theta, state)
+        if alg.needs_noise_var and local_mech:  # Var Δ_i = Var w̃ (Δ_i = θ − w̃: coefficient −1)
+            w_tilde, var = privatise(spec, k_priv, theta, w, hp, with_variance=True)
+            noise_var = sum(jnp.sum(v) for v in jax.tree_util.tree_leaves(var))
+        else:
+            w_tilde = privatise(spec, k_priv, theta, w, hp)
+        delta = T.sub(theta, w_tilde)  # model_upload's Δ_i
+    else:
+        if local_mech:  # a raw Δ_i would leave the client past the mechanism
+            raise C.error(C.raw_delta_refusal(alg, spec))
+        delta, new_state, aux = C.unpack_final(alg, out, theta, state)
+    if spec.dp == "central":  # DP-FedAvg's client, as the default client's: its upload clipped to norm C
+        from .privacy import clip_global_norm
+        delta = clip_global_norm(delta, hp.clip)
+    return ClientOut(delta, new_state, loss, theta_vars.get("batch_stats"), noise_var, aux)
 
 
 def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key):

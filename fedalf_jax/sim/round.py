@@ -189,7 +189,7 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     alg = spec.algorithm
     if alg.client is not None:  # the client program (fedalf_jax/sim/program.py); the default client below
         from .program import program_client
-        return program_client(spec, theta_vars, dual, idx, n, key, hp, t, x, y, bcast, index)
+        return program_client(spec, theta_vars, dual, idx, n, key, hp, t, x, y, bcast, index, privatise)
     if own:
         theta_vars = {**theta_vars, **own}
     theta = theta_vars["params"]
