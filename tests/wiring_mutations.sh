@@ -756,8 +756,6 @@ mutate fedalf_jax/sim/program.py "    lr_t = hp.lr * hp.lr_decay ** t" "    lr_t
 mutate fedalf_jax/sim/program.py "(acc, ClientBatch(self._x[r], self._y[r], m, s))" \
   "(acc, ClientBatch(self._x[r], self._y[r], m | True, s))" \
   "client48: the data pass marks padded rows as real" "$CP -k data_pass"
-mutate fedalf_jax/sim/contract.py '    if spec.ldp != "none" or spec.dp != "none":' "    if False:" \
-  "client48: a client program runs un-noised under --ldp/--dp" "$CP -k privacy"
 mutate fedalf_jax/sim/program.py "            C.check_carry(alg, new, carry)" "            pass" \
   "client48: step's carry unchecked (a JAX traceback)" "$CP -k mistake"
 mutate fedalf_jax/sim/contract.py $'    check_arrays(fn, "Δ_i", delta)\n    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' \
@@ -768,8 +766,6 @@ mutate examples/pfedme.py 'w, v = carry["w"], carry["personal"]' 'w, v = carry["
   "client48: pFedMe's θ̃ restarts from w every step" "$CP -k pfedme"
 mutate examples/fedproto.py "return sums + onehot.T @ h" "return sums + onehot.T @ (h * 0 + 1)" \
   "client48: FedProto's prototypes not from the data pass's features" "$CP -k fedproto"
-mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    return spec' "    return spec" \
-  "client48: the privacy refusal only once the round is traced (after the run directory is written)" "$CP -k privacy"
 mutate fedalf_jax/experiment/code_digest.py "        if obj.client is not None:  # a client program" "        if False:  # a client program" \
   "client48: a directly registered Algorithm's program left out of the code digest (a changed step resumes)" "$CP -k digest"
 # end client48
@@ -1026,5 +1022,31 @@ mutate examples/perfedavg.py 'ctx.theta, c["w"]), personal' 'ctx.theta, c["w"]),
 mutate examples/perfedavg.py 'server=fj.algorithms.mean_server,' 'server=fj.algorithms.weighted_mean_server,' \
   "ex48: perfedavg's server weighs by n_i, not the paper's plain mean" "$E8 -k perfedavg_matches"
 # end ex48
+
+# issue 48 item 2 (a client program under a privacy mechanism: fj.Reveal) and item 8 (SCAFFOLD option I) (labels "priv48")
+CPP=tests/test_client_program_privacy.py
+mutate fedalf_jax/sim/program.py "            w_tilde = privatise(spec, k_priv, theta, w, hp)" "            w_tilde = w" \
+  "priv48: a Reveal's w uploaded un-noised under --ldp/--dp" "$CPP -k bit_for_bit"
+mutate fedalf_jax/sim/program.py "    k_train, k_priv = jax.random.split(key)" "    k_priv, k_train = jax.random.split(key)" \
+  "priv48: a Reveal noised with another key than the default client's (not FedAvg's run)" "$CPP -k bit_for_bit"
+mutate fedalf_jax/sim/program.py "            noise_var = sum(jnp.sum(v) for v in jax.tree_util.tree_leaves(var))" "            pass" \
+  "priv48: a Reveal gives the server no noise variance (needs_noise_var)" "$CPP -k noise_variance"
+mutate fedalf_jax/sim/program.py "        if local_mech:  # a raw Δ_i would leave the client past the mechanism" "        if False:" \
+  "priv48: a raw Δ_i runs un-noised under --ldp/--dp gaussian" "$CPP -k one_line"
+mutate fedalf_jax/sim/program.py $'    if spec.dp == "central":  # DP-FedAvg\'s client, as the default client\'s' \
+  '    if False:  # no clip' "priv48: a program's Δ_i unclipped under --dp central" "$CPP -k central_dp"
+mutate fedalf_jax/experiment/guarantee.py "        if not user.private_upload and user.client is None:" "        if not user.private_upload:" \
+  "priv48: a Reveal's record needs a private_upload declaration (does not hold)" "$CPP -k record"
+mutate fedalf_jax/experiment/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is not None and user.public_aux:" \
+  "    if False:" "priv48: a program's public aux headlined without naming its declaration" "$CPP -k record"
+mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    return spec' "    return spec" \
+  "priv48: a program on a batch-statistics model refused only once the round is traced" "tests/test_client_program.py -k batch_statistics"
+mutate examples/scaffold1.py "    c_new = full_gradient(ctx, ctx.theta)" "    c_new = full_gradient(ctx, w)" \
+  "priv48: SCAFFOLD option I's c_i⁺ at the trained w, not θ" "$CPP -k scaffold1_matches"
+mutate examples/scaffold1.py "p - ctx.lr * (gi - ci + c)" "p - ctx.lr * (gi + ci - c)" \
+  "priv48: SCAFFOLD's correction with the wrong sign" "$CPP -k scaffold1_matches"
+mutate examples/scaffold1.py "x / ctx.facts.n.astype(x.dtype)" "x / 5.0" \
+  "priv48: SCAFFOLD option I's full gradient divided by the batch, not n_i" "$CPP -k scaffold1_matches"
+# end priv48
 
 exit $status
