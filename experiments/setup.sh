@@ -32,6 +32,15 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && comm
     || { $SUDO apt-get update -q >/dev/null 2>&1 && $SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1; } \
     || echo "setup: could not install dataset-fashion-mnist; pass --data-dir to fedalf run (see README)" >&2
 fi
+# jemalloc: the fedalf command preloads it so that a round reuses the pages the last one freed (glibc's malloc
+# maps and unmaps XLA's large temporaries every round: fedalf_jax/allocator.py); without it the command runs on
+if [ ! -f /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] && [ ! -f /usr/lib/aarch64-linux-gnu/libjemalloc.so.2 ] \
+    && command -v apt-get >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+  $SUDO apt-get install -y -q libjemalloc2 >/dev/null 2>&1 \
+    || { $SUDO apt-get update -q >/dev/null 2>&1 && $SUDO apt-get install -y -q libjemalloc2 >/dev/null 2>&1; } \
+    || echo "setup: could not install libjemalloc2; fedalf runs with glibc's malloc (huge pages)" >&2
+fi
 if [ "$TORCH" = 1 ]; then  # what experiments/torch_round.py imports: torch and numpy
   [ -x .venv-torch/bin/python ] || "$PY" -m venv .venv-torch
   .venv-torch/bin/python -m pip install --quiet --upgrade pip

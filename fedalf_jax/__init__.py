@@ -21,8 +21,8 @@ The API (``import fedalf_jax as fj``; README "Python API", docs/extending.md):
 from .interrupt import INTERRUPT as _INTERRUPT, started_as_command as _started_as_command
 
 if _started_as_command():  # the fedalf command: Ctrl-C and SIGTERM are kept from before JAX loads (interrupt.py)
-    from .allocator import restart_with_tunables as _restart_with_tunables
-    _restart_with_tunables()  # glibc's malloc keeps what XLA frees (allocator.py): once, before anything loads
+    from .allocator import restart_with_settings as _restart_with_settings
+    _restart_with_settings()  # an allocator that keeps what XLA frees (allocator.py): once, before anything loads
     _INTERRUPT.install_for_command()
 
 from .api import Result, SweepResult, client_splits, load, report, run, sweep

@@ -1,36 +1,46 @@
-"""The ``fedalf`` command's memory allocator settings: glibc's malloc told to keep the memory it was given.
+"""The ``fedalf`` command's memory allocator: one that keeps the memory XLA frees for the next round.
 
-XLA:CPU allocates each program call's temporary buffer afresh and frees it at the call's end. glibc's
-malloc serves an allocation over 32 MB (its largest mmap threshold) with a fresh ``mmap`` and returns it
-with ``munmap``, so every round of a run touches its temporaries as new pages: a page fault per 4 KiB and
-the kernel zeroing them. A 3-run FedLF MLP sweep's round has a 316 MB temporary (the QP rows of the three
-runs): ~80,000 page faults a round, a third of the sweep's CPU time in the kernel (issue 49). With
+XLA:CPU allocates each program call's temporaries afresh and frees them at the call's end. glibc's malloc
+serves an allocation over 32 MB (its largest mmap threshold) with a fresh ``mmap`` and returns it with
+``munmap``, so every round touches its temporaries as new pages: a page fault per 4 KiB and the kernel
+zeroing them. A 3-run FedLF MLP sweep's round has a 316 MB temporary (the QP rows of the three runs):
+~110,000 page faults a round, a third of the sweep's CPU time in the kernel (issue 49; docs/benchmarks.md,
+"The kernel's share of a sweep").
 
-* ``arena_max=1``: every thread allocates from the main heap (a thread's own arena is at most 64 MB,
-  so a larger block there is mmapped whatever the settings),
-* ``mmap_max=0``: no block is mmapped, every block comes from the heap,
-* ``trim_threshold`` and ``top_pad`` large: freed memory stays with the process,
+The command therefore starts itself again (``os.execve``: the same process id), before it loads anything,
+with
 
-the next call gets the same memory back: a round then faults no page at all (docs/benchmarks.md, "The
-kernel's share of a sweep"). The price is the peak's slack: memory once used is kept until the process
-ends.
+1. **jemalloc** preloaded (``LD_PRELOAD``; Debian's ``libjemalloc2``, which ``experiments/setup.sh``
+   installs where ``apt-get`` exists, or the file ``FEDALF_JEMALLOC`` names) and told never to return freed
+   pages (``MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1``): the next call gets the same pages back, so a
+   round faults no page at all and the memory stays at the peak the run reached (it never grows past it);
+2. else, glibc's transparent huge pages for its mmapped blocks (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``):
+   2 MiB pages, so 512 times fewer faults, the zeroing left.
 
-glibc reads these settings once, when the process starts (``GLIBC_TUNABLES``), so the command starts itself
-again with them (``os.execve``, the same process id) before it loads anything: :func:`restart_with_tunables`,
-called from ``fedalf_jax/__init__.py``. ``FEDALF_MALLOC=default`` keeps glibc's own settings; a
-``GLIBC_TUNABLES`` that already sets any ``glibc.malloc.`` tunable is the caller's choice and is kept as it
-is. Elsewhere than on glibc (macOS, musl) nothing is done. A notebook or script calling ``fj.run`` can get
-the same by starting Jupyter or Python with ``GLIBC_TUNABLES`` set to :data:`TUNABLES`.
+(glibc's own settings that keep freed memory, ``arena_max=1:mmap_max=0`` and no trim, were measured too and
+turned down: one heap fragments, and the FedALF CNN sweep's memory grew by ~0.5 GB a round.)
+
+``FEDALF_MALLOC=default`` keeps the process as it is (glibc's malloc as configured); ``FEDALF_MALLOC=thp``
+chooses 2 even where jemalloc is installed. A caller's own ``LD_PRELOAD`` of an allocator, ``MALLOC_CONF`` or
+``glibc.malloc.`` tunables are kept as they are. Elsewhere than on Linux with glibc nothing is done. A
+notebook or script calling ``fj.run`` can get the same by starting Python with these variables set
+(:func:`settings` prints them: ``python -c "import fedalf_jax.allocator as a; print(a.settings())"``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Mapping, Optional
 
-TUNABLES = ("glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
-            "glibc.malloc.trim_threshold=4294967295:glibc.malloc.top_pad=67108864")
-ENV = "FEDALF_MALLOC"  # "default": glibc's own settings
+ENV = "FEDALF_MALLOC"  # "default": leave the allocator alone; "thp": glibc's huge pages even with jemalloc
+APPLIED = "FEDALF_MALLOC_APPLIED"  # set by the restart: what was applied (and no second restart)
+JEMALLOC_ENV = "FEDALF_JEMALLOC"  # a libjemalloc.so to preload instead of the known places
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+THP_TUNABLE = "glibc.malloc.hugetlb=1"
+JEMALLOC_PLACES = tuple(f"{d}/libjemalloc.so.2" for d in (
+    "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"))
+_OFF = ("default", "off", "0", "no", "none", "false")
 
 
 def _glibc() -> bool:
@@ -40,30 +50,47 @@ def _glibc() -> bool:
         return False
 
 
-def tunables_for(env) -> str | None:
-    """The ``GLIBC_TUNABLES`` the command should run with, or ``None`` when it should run as it is
-    (``FEDALF_MALLOC=default``, or the caller's own malloc tunables). Pure."""
-    if env.get(ENV, "").strip().lower() in ("default", "off", "0", "no", "none", "false"):
-        return None
-    given = env.get("GLIBC_TUNABLES", "")
-    if "glibc.malloc." in given:
-        return None
-    return f"{given}:{TUNABLES}" if given else TUNABLES
+def jemalloc(env: Mapping[str, str] = os.environ) -> Optional[str]:
+    """The jemalloc library to preload: ``FEDALF_JEMALLOC`` when it names a file, else the first of
+    :data:`JEMALLOC_PLACES` that exists; ``None`` when there is none."""
+    given = env.get(JEMALLOC_ENV, "").strip()
+    for path in ((given,) if given else JEMALLOC_PLACES):
+        if os.path.isfile(path):
+            return path
+    return None
 
 
-def restart_with_tunables() -> None:
-    """Start this process again with :data:`TUNABLES` in ``GLIBC_TUNABLES`` (the ``fedalf`` command only,
-    before anything is loaded); returns when nothing needs doing or the restart is impossible."""
+def settings(env: Mapping[str, str] = os.environ, jemalloc_path: Optional[str] = "find") -> dict:
+    """The environment variables the command restarts with (``{}``: none, it runs as it is). Pure but for
+    looking for the jemalloc file (``jemalloc_path``: that file, or ``None`` for none)."""
+    mode = env.get(ENV, "").strip().lower()
+    if mode in _OFF or env.get(APPLIED):
+        return {}
+    preload = env.get("LD_PRELOAD", "")
+    if "malloc" in preload or env.get("MALLOC_CONF"):  # the caller's own allocator (jemalloc, tcmalloc, ...)
+        return {}
+    lib = jemalloc(env) if jemalloc_path == "find" else jemalloc_path
+    if lib is not None and mode != "thp":
+        return {"LD_PRELOAD": f"{lib}:{preload}" if preload else lib, "MALLOC_CONF": JEMALLOC_CONF,
+                APPLIED: "jemalloc"}
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc." in tunables:
+        return {}
+    return {"GLIBC_TUNABLES": f"{tunables}:{THP_TUNABLE}" if tunables else THP_TUNABLE, APPLIED: "thp"}
+
+
+def restart_with_settings() -> None:
+    """Start this process again with :func:`settings` in its environment (the ``fedalf`` command only, before
+    anything is loaded); returns when nothing needs doing or the restart is impossible."""
     if not sys.platform.startswith("linux") or not _glibc():
         return
     argv = list(getattr(sys, "orig_argv", None) or [])
-    want = tunables_for(os.environ)
-    if want is None or len(argv) < 2 or not sys.executable:
+    extra = settings()
+    if not extra or len(argv) < 2 or not sys.executable:
         return
-    env = dict(os.environ, GLIBC_TUNABLES=want)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, *argv[1:]], env)
+        os.execve(sys.executable, [sys.executable, *argv[1:]], {**os.environ, **extra})
     except OSError:  # the interpreter cannot be started again: run as it is
         return

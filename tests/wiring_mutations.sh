@@ -799,11 +799,13 @@ mutate fedalf_jax/experiment/guarantee.py $'from typing import Protocol\n' \
   "trust47-guar: config and guarantee import each other again (49.5)" "tests/test_layers.py -k annotations"
 # end trust47-guar
 
-# issue 49 item 1: the fedalf command runs with glibc's malloc keeping what XLA frees (label "malloc49")
-mutate fedalf_jax/__init__.py "    _restart_with_tunables()  # glibc" "    pass  # glibc" \
+# issue 49 item 1: the fedalf command runs with an allocator that keeps what XLA frees (label "malloc49")
+mutate fedalf_jax/__init__.py "    _restart_with_settings()  # an allocator" "    pass  # an allocator" \
   "malloc49: the command keeps glibc's default malloc (a fresh mmap per round's temporaries)" "tests/test_allocator.py"
-mutate fedalf_jax/allocator.py '    if "glibc.malloc." in given:' '    if given:' \
-  "malloc49: another subsystem's GLIBC_TUNABLES turns the settings off" "tests/test_allocator.py"
+mutate fedalf_jax/allocator.py 'JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"' 'JEMALLOC_CONF = ""' \
+  "malloc49: jemalloc returns its pages (its default decay: 130k faults a round)" "tests/test_allocator.py -k keep_its_pages"
+mutate fedalf_jax/allocator.py '    if "malloc" in preload or env.get("MALLOC_CONF"):' '    if False:' \
+  "malloc49: the caller's own allocator replaced" "tests/test_allocator.py -k callers"
 
 # issue 49 item 7: the report states the Dirichlet alpha and the number of clients (label "setting49")
 mutate fedalf_jax/reporting/tables.py "    return f\" ({', '.join(parts)})\" if parts else \"\"" "    return \"\"" \
