@@ -124,6 +124,9 @@ def test_a_sweep_over_K_equals_the_single_runs_and_the_report_names_K(tmp_path, 
             np.testing.assert_array_equal(swept.metrics[col].to_numpy(), one.metrics[col].to_numpy())
         finals.append(float(one.metrics["test_loss"].iloc[-1]))
     assert finals[0] != finals[1]  # K is read: two different trajectories
+    from fedalf_jax.experiment.explore import run_row
+    from fedalf_jax.experiment.rundir import RunDir
+    assert sorted(run_row(RunDir(out / r["dir"]))["arg.K"] for r in runs) == [1, 2]  # the notebook's run table
     rep = fj.report([out], out=tmp_path / "rep")
     md = Path(rep["markdown"]).read_text()
     assert f"{GKD} (K=1)" in md and f"{GKD} (K=2)" in md

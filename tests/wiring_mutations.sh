@@ -985,6 +985,8 @@ mutate fedalf_jax/api.py 'k.startswith(("hp.", "arg.")))' 'k.startswith("hp."))'
   "args48: fj.sweep refuses grid={'arg.K': ...}" "$AA -k fj_sweep"
 mutate fedalf_jax/experiment/sweep_plan.py '        if args or base.get("alg_args"):' '        if args:' \
   "args48: a built-in beside a user's algorithm gets its alg_args (refused)" "$AA -k fj_sweep"
+mutate fedalf_jax/experiment/explore.py '            **{f"arg.{k}": v for k, v in args.items()}, "seed"' '            "seed"' \
+  "args48: the notebook's run table has no arg.K column" "$AA -k sweep_over"
 # end args48
 
 # issue 48 item 7 (labels start with "cdp48"): --dp central for a user's algorithm whose server is

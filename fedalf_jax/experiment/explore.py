@@ -77,12 +77,14 @@ def final_row(rd: RunDir, m: Optional[dict] = None) -> dict:
 
 def run_row(rd: RunDir, m: Optional[dict] = None) -> dict:
     """One row of the notebook's run table: the main options, the algorithm's own hyper-parameters (one
-    ``hp.NAME`` column each, as ``config.json`` records them: FedAdam's ``hp.beta1``, Ditto's ``hp.lam``),
-    the status and the last evaluation."""
+    ``hp.NAME`` column each, as ``config.json`` records them: FedAdam's ``hp.beta1``, Ditto's ``hp.lam``), its
+    factory's arguments (one ``arg.NAME`` column each: FedGKD's ``arg.K``), the status and the last evaluation."""
     cfg = rd.config_dict()
     last = final_row(rd, m)
     own = cfg.get("hp") if isinstance(cfg.get("hp"), dict) else {}
+    args = cfg.get("alg_args") if isinstance(cfg.get("alg_args"), dict) else {}
     return {"name": rd.name, "algorithm": cfg["algorithm"], "partition": cfg["partition"], "model": cfg["model"],
-            "lr": cfg["lr"], **{f"hp.{k}": v for k, v in own.items()}, "seed": cfg["seed"], "status": rd.status(),
+            "lr": cfg["lr"], **{f"hp.{k}": v for k, v in own.items()},
+            **{f"arg.{k}": v for k, v in args.items()}, "seed": cfg["seed"], "status": rd.status(),
             "round": last.get("round", float("nan")), "mean_acc": last.get("mean_acc", float("nan")),
             "angle_deg": last.get("angle_deg", float("nan"))}
