@@ -94,6 +94,21 @@ def test_a_reveal_gives_the_server_its_noise_variance():
     np.testing.assert_allclose(got, [d * sigma ** 2] * 2, rtol=1e-5)
 
 
+@pytest.mark.parametrize("final, needles", [
+    (lambda w, ctx: fj.Reveal({"w": w}, ctx.state), ["client.final returned fj.Reveal's w", "shaped like θ"]),
+    (lambda w, ctx: fj.Reveal(_map(lambda p: p.astype(jnp.bfloat16), w), ctx.state), ["fj.Reveal's w", "bfloat16"]),
+    (lambda w, ctx: fj.Reveal(w, ctx.state, jnp.zeros(2)), ["client.final returned an auxiliary upload",
+                                                            "public_aux"]),
+    (lambda w, ctx: w, ["final returns Δ_i itself", "return fj.Reveal(w, new state[, aux])"]),
+])
+def test_a_reveals_mistake_is_one_line(final, needles):
+    """What a Reveal carries is checked while the round is traced: one ConfigError line naming it."""
+    with pytest.raises(fj.ConfigError) as e:
+        fj.run(_cfg(_program("bad_reveal", final), ldp="adaptive", rounds=1), progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and all(n in msg for n in needles), msg
+
+
 # ---- a raw Δ_i under a local mechanism: one line ---------------------------------------------------------------
 
 @pytest.mark.parametrize("option", [["--ldp", "adaptive"], ["--dp", "gaussian"]])

@@ -138,7 +138,8 @@ def cross_entropy(batch: Batch, logits=None):
 class ClientProgram(NamedTuple):
     """A client's local procedure (docs/extending.md "The client program"): ``init(ctx) -> carry``,
     ``step(carry, batch, ctx) -> carry`` once per local minibatch step, ``final(carry, ctx) -> (Δ_i, new
-    state[, aux])``. ``step=None``: no local steps (the client's work is in ``init``/``final``, e.g. a data
+    state[, aux])`` or ``fj.Reveal(w, new state[, aux])`` (the model it reveals: the round privatises it and
+    uploads ``θ − w̃``; the form that runs under a privacy mechanism). ``step=None``: no local steps (the client's work is in ``init``/``final``, e.g. a data
     pass)."""
 
     init: Callable

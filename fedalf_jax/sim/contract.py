@@ -330,7 +330,8 @@ def unpack_final(alg, out, theta, state) -> tuple[Any, Any, Any]:
     fn = f"algorithm {alg.name!r}: client.final"
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
-        raise error(f"{fn} returned {got}; expected (Δ_i, new state) or (Δ_i, new state, aux)")
+        raise error(f"{fn} returned {got}; expected (Δ_i, new state) or (Δ_i, new state, aux), or "
+                    f"fj.Reveal(w, new state[, aux])")
     delta, new_state = out[0], out[1]
     aux = out[2] if len(out) == 3 else None
     check_arrays(fn, "Δ_i", delta)
