@@ -311,15 +311,17 @@ def test_a_programs_mistake_is_one_line(capsys, tmp_path, make, needles):
 
 def test_a_program_on_a_model_with_batch_statistics_is_refused_before_anything_is_written(capsys, tmp_path):
     """A program does not train batch statistics: refused in one line when the round is built, before the run's
-    folder is announced (under a mechanism, see tests/test_client_program_privacy.py)."""
+    state is made (its init_client_state never called) or anything is written."""
     _cfg("fedavg")  # registers the tiny data and models
+    calls = []
+    _bad("bn_prog", init_client_state=lambda p: (calls.append(1), jnp.zeros(()))[1])
     out = tmp_path / "bn"
-    code, err = cli(capsys, ["run", "--algorithm", "examples.fedlc:fedlc", "--dataset", "tiny_mixed", "--partition",
+    code, err = cli(capsys, ["run", "--algorithm", "bn_prog", "--dataset", "tiny_mixed", "--partition",
                              "given", "--model", "tiny_bn", "--clients", "3", "--clients-per-round", "3", "--rounds",
                              "1", "--no-progress", "--out", str(out)])
     err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("fedalf: warning: code digest"))
     one_line_error(code, err, "client program", "batch_stats", "without BatchNorm")
-    assert not out.exists()
+    assert not out.exists() and calls == []
 
 
 def test_a_program_beside_the_default_clients_fields_is_refused():
