@@ -1053,4 +1053,15 @@ mutate examples/scaffold1.py "x / ctx.facts.n.astype(x.dtype)" "x / 5.0" \
   "priv48: SCAFFOLD option I's full gradient divided by the batch, not n_i" "$CPP -k scaffold1_matches"
 # end priv48
 
+# issue 48 item 10: docs/extending.md rewritten around the client program (labels start with "doc48"),
+# tests/test_extending_doc.py
+XD=tests/test_extending_doc.py
+mutate docs/extending.md '`clip`, `noise_multiplier` and `own`' '`clip` and `own`' \
+  "doc48: the reserved own hyper-parameter names omit noise_multiplier" "$XD -k reserved"
+mutate docs/extending.md '- **`local_start(theta, state, hp) -> params`** is `init`' '- local_start is `init`' \
+  "doc48: an optional field without its special case" "$XD -k special_case"
+mutate docs/extending.md '      return optax.apply_updates(w, updates), s' '      return w, s' \
+  "doc48: the optimiser-in-the-carry block does not step" "$XD -k local_optimizer_as_a_carry"
+# end doc48
+
 exit $status
