@@ -756,7 +756,8 @@ mutate fedalf_jax/sim/program.py "    lr_t = hp.lr * hp.lr_decay ** t" "    lr_t
 mutate fedalf_jax/sim/program.py "(acc, ClientBatch(self._x[r], self._y[r], m, s))" \
   "(acc, ClientBatch(self._x[r], self._y[r], m | True, s))" \
   "client48: the data pass marks padded rows as real" "$CP -k data_pass"
-mutate fedalf_jax/sim/program.py "            C.check_carry(alg, new, carry)" "            pass" \
+mutate fedalf_jax/sim/program.py $'            C.check_carry(alg, new, carry)\n            live = jnp.any(mask)\n            return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None\n\n        carry, _ = jax.lax.scan(step,' \
+  $'            live = jnp.any(mask)\n            return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None\n\n        carry, _ = jax.lax.scan(step,' \
   "client48: step's carry unchecked (a JAX traceback)" "$CP -k mistake"
 mutate fedalf_jax/sim/contract.py $'    check_arrays(fn, "Δ_i", delta)\n    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' \
   '    check_arrays(fn, "Δ_i", delta)' "client48: final's Δ_i unchecked (a JAX traceback)" "$CP -k mistake"
