@@ -172,7 +172,7 @@ mutate fedalf_jax/sim/round.py '        delta = clip_global_norm(delta, hp.clip)
   "central: uploads not clipped" "$CD -k uniformly"
 mutate fedalf_jax/sim/round.py '    sigma = hp.noise_multiplier * spec.central_sensitivity * server_lr_t * hp.clip' \
   '    sigma = hp.noise_multiplier * spec.central_sensitivity * hp.clip' "central: the noise ignores η_g" "$CD -k calibrated_std"
-mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0' \
+mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0' \
   '    return 2.0 / cfg.clients_per_round' "central: the fair server's sensitivity taken as 2/m" "$CD -k calibrated_std"
 mutate fedalf_jax/experiment/config.py '            d["central_rounds"] = self.rounds' '            pass' \
   "central: --resume may change the calibrated run length" "$CD -k refusals"
@@ -250,7 +250,7 @@ mutate fedalf_jax/experiment/accounting.py 'Q_MIN = 1e-5 ' 'Q_MIN = 0.0 ' \
   "privbound: item 15: central sampling rate unbounded" "$PB -k accountant"
 mutate fedalf_jax/experiment/config.py '        _check_accountable(self)' '        pass' \
   "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
-mutate fedalf_jax/experiment/guarantee.py "    if cfg.algorithm not in ALGORITHMS:  # nothing here checks a user's upload: the claim is the algorithm's own" \
+mutate fedalf_jax/experiment/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is None:  # nothing checks a user's upload: the claim is its own" \
   '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
 # issue #27 items 15 and 14: privacy accounted as the simulator samples (labels start with "privsample"),
 # tests/test_privacy_sampling.py
@@ -259,8 +259,8 @@ mutate fedalf_jax/experiment/accounting.py \
   '    return dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(n, m, dpa.GaussianDpEvent(z)), rounds)' \
   '    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(m / n, dpa.GaussianDpEvent(z)), rounds)' \
   "privsample: item 15: central DP accounted as Poisson sampling" "$PS -k without_replacement"
-mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0' \
-  '    return 1.0 / cfg.clients_per_round if CENTRAL_SENSITIVITY[cfg.algorithm] == "2/m" else 2.0' \
+mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0' \
+  '    return 1.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0' \
   "privsample: item 15: the mean servers' noise at the add/remove sensitivity 1/m" "$PS -k replace_one_one"
 mutate fedalf_jax/experiment/config.py '            d["central_accounting"] = "sampled without replacement, replace-one"' '            pass' \
   "privsample: item 15: a Poisson-accounted central checkpoint resumes" "$PS -k poisson_accounted"
@@ -299,7 +299,7 @@ mutate fedalf_jax/reporting/runs.py "        except DamagedFile:  # a damaged me
 mutate fedalf_jax/reporting/runs.py '        read_csv_rows(rd.path / METRICS, columns=columns_of_file(rd.path / METRICS, int(run.cfg["clients"])))' '        pass' \
   "damaged: fedalf report does not check metrics.csv's header" "$DF -k report_refuses"
 mutate fedalf_jax/experiment/sweep.py \
-  "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm)))" \
+  "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm, cfg)))" \
   "                pass" \
   "damaged: sweep --resume checks metrics.csv after extending sweep.json" "$DF -k sweep_resume_refuses"
 mutate fedalf_jax/experiment/loop.py "                return _rebuild_summary(cfg, rd, state, writer)" "                pass" \
@@ -317,7 +317,7 @@ mutate fedalf_jax/experiment/rundir.py '        ident["data_digest"] = loaded_da
   "identity: the loaded data's digest not recorded (item 4)" "$ID -k refused"
 mutate fedalf_jax/experiment/config.py '"log", "out", "data_dir")' '"log", "out")' \
   "identity: data_dir part of the identity (item 4)" "$ID -k same_arrays"
-mutate fedalf_jax/experiment/config.py '                d[f"{kind}_code"] = registry.code(kind, name)[0]' '                pass' \
+mutate fedalf_jax/experiment/config.py $'                d[f"{kind}_code"] = registry.code(kind, name, args)[0]\n                d[f"{kind}_code_files"] = registry.code_parts(kind, name, args)' '                pass' \
   "identity: user code's digest not recorded (item 5)" "$ID -k changed_user_code"
 mutate fedalf_jax/experiment/identity.py '    elif "uncheckable" in (old, new):' '    elif False:' \
   "identity: uncheckable user code refused instead of said (item 5)" "$ID -k cannot_be_checked"
@@ -364,7 +364,7 @@ D=tests/test_sweep_dedupe.py
 mutate fedalf_jax/experiment/sweep_plan.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
   '        ident = c.identity()' "dedupe: ignored options not normalised (every combination a run)" "$D -k distinct"
 mutate fedalf_jax/experiment/identity.py \
-  '        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full")' '        pass' \
+  $'        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full",\n                   local_steps="client_grad=full")' '        pass' \
   "dedupe: FedLF client_grad=full said to read --lr" "$D -k distinct"
 mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
   "dedupe: the sweep runs every combination" "$D -k ignored_lr"
@@ -390,7 +390,7 @@ mutate fedalf_jax/sim/round.py 'return ClientOut(delta, new_dual, loss, w_vars.g
   "contract: the auxiliary uploads reach the server as zeros (item 2)" "$K -k scaffold_example"
 mutate fedalf_jax/experiment/guarantee.py '        if alg is not None and alg.public_aux is False:' '        if False:' \
   "contract: the privacy record is silent on a non-public aux (item 2)" "$K -k privacy_record"
-mutate fedalf_jax/sim/round.py '(epochs * ((n + batch_size - 1) // batch_size))' '(epochs * (n // batch_size))' \
+mutate fedalf_jax/sim/client.py '(epochs * ((n + batch_size - 1) // batch_size))' '(epochs * (n // batch_size))' \
   "contract: the local step count misses a last partial batch (item 3)" "$K -k fednova_example"
 mutate fedalf_jax/sim/round.py 'spec.num_clients, n_sel, outs.aux)' 'spec.num_clients, jnp.ones_like(n_sel), outs.aux)' \
   "contract: ServerIn.n is not the clients' sample counts (item 3)" "$K -k broadcast"
@@ -399,7 +399,8 @@ mutate fedalf_jax/experiment/rundir.py 'metric_columns(cfg.clients, extra), keep
   "$K -k broadcast"
 mutate fedalf_jax/reporting/tables.py '    if own:  # the metrics a user' '    if False:  # the metrics a user' \
   "contract: the report leaves out the algorithm's own metrics (item 7)" "$K -k broadcast"
-mutate fedalf_jax/sim/contract.py '    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' '    pass' \
+mutate fedalf_jax/sim/contract.py $'    fn = f"algorithm {alg.name!r}: upload"\n    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' \
+  $'    fn = f"algorithm {alg.name!r}: upload"\n    pass' \
   "contract: a Δ_i of the wrong shape is not named (item 8)" "$K -k contract_mistake"
 mutate fedalf_jax/sim/contract.py '        if dtypes and jnp.result_type(a) != jnp.result_type(b):' '        if False:' \
   "contract: a client state in another dtype is cast, not refused (item 8)" "$K -k contract_mistake"
@@ -449,7 +450,7 @@ mutate fedalf_jax/experiment/sweep_plan.py '                parts.append(f"{k[3:
   "ownhp: the run names leave out the varied own hyper-parameter" "$OH -k one_program"
 mutate fedalf_jax/api.py '            opts = flat_options(r.config.to_dict())' '            opts = r.config.to_dict()' \
   "ownhp: the sweep table's own hyper-parameter columns empty" "$OH -k one_program"
-mutate fedalf_jax/reporting/runs.py "[f\"{k[3:] if k.startswith('hp.') else k}={_fmt_value(v)}\"" \
+mutate fedalf_jax/reporting/runs.py "[f\"{k.partition('.')[2] if k.startswith(('hp.', 'arg.')) else k}={_fmt_value(v)}\"" \
   '[f"{k}={_fmt_value(v)}"' "ownhp: the report labels an own hyper-parameter hp.NAME" "$OH -k one_program"
 mutate fedalf_jax/cli.py '            hp = {**saved.get("hp", {}), **base.get("hp", {}), **given.get("hp", {})}' \
   '            hp = {**base.get("hp", {}), **given.get("hp", {})}' \
@@ -470,8 +471,8 @@ mutate fedalf_jax/sim/round.py '    pen = p.penalty(theta, state, hp, **alg.clie
 mutate fedalf_jax/sim/round.py '    v0 = C.check_params(alg, "personal.start", p.start(theta, state, hp,' \
   '    v0 = C.check_params(alg, "personal.start", p.start(theta, theta, hp,' "personal: v_i trained from θ, not its start" \
   "$PT -k ditto_example"
-mutate fedalf_jax/experiment/rundir.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics]' \
-  '    return [*alg.metrics]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
+mutate fedalf_jax/experiment/rundir.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
+  '    return [*alg.metrics, *avg]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
 mutate fedalf_jax/reporting/tables.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
   "personal: the report leaves out the personalised models" "$PT -k ditto_example"
 mutate fedalf_jax/sim/round.py '    opt = alg.local_optimizer(lr_t) if alg.local_optimizer is not None else None' '    opt = None' \
@@ -616,7 +617,7 @@ mutate fedalf_jax/sim/round.py "        w_tilde = privatise(spec, k_priv, theta,
 DG=tests/test_digest.py; CD=fedalf_jax/experiment/code_digest.py
 mutate $CD "        homes[home] = _walk(home)" "        homes[home] = ([], False)" \
   "digest36: the module's folder not walked" "$DG -k helper_module"
-mutate $CD '        h.update(name.encode() + b"\0" + hashlib.sha256(b).digest())' "        pass" \
+mutate $CD $'    for name, b in sorted(r.values):\n        h.update(name.encode() + b"\\0" + hashlib.sha256(b).digest())' $'    for name, b in sorted(r.values):\n        pass' \
   "digest36: globals' values not hashed" "$DG -k global"
 mutate fedalf_jax/experiment/identity.py "    elif old == registry.legacy_code(kind, name):" "    elif False:" \
   "digest36: an old checkpoint's digest not compared the old way" "$DG -k old_way"
