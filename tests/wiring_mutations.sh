@@ -155,7 +155,7 @@ mutate fedalf_jax/experiment/identity.py '    d = {**LEGACY, **d}' '    d = dict
 AP=tests/test_api.py
 mutate fedalf_jax/sim/round.py '    duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals' \
   '    duals = state.duals' "api: a user algorithm's per-client state never stored" "$AP -k hand"
-mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux)' '                    spec.clients_per_round, n_sel, outs.aux)' \
+mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux, server_key(state))' '                    spec.clients_per_round, n_sel, outs.aux, server_key(state))' \
   "api: ServerIn.num_clients is the round's m" "$AP -k fewer_clients_per_round"
 mutate fedalf_jax/experiment/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
   "api: given client lists' test rows index the train examples" "$AP -k hand"
@@ -185,8 +185,8 @@ mutate fedalf_jax/experiment/build.py '                fair_norm=cfg.resolved_fa
 SG=tests/test_signals.py
 mutate fedalf_jax/interrupt.py '("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1")' '("SIGINT",)' \
   "signals: SIGTERM not handled (no checkpoint, no message)" "$SG -k sigterm_saves"
-mutate fedalf_jax/experiment/loop.py '                                  saved=t > start, signum=INTERRUPT.signum)' \
-  '                                  saved=t > start)' "signals: a run stopped by SIGTERM exits 130" "$SG -k sigterm_saves"
+mutate fedalf_jax/experiment/loop.py '        e = Interrupted(t, dirs, saved=saved and keeps, signum=INTERRUPT.signum)' \
+  '        e = Interrupted(t, dirs, saved=saved and keeps)' "signals: a run stopped by SIGTERM exits 130" "$SG -k sigterm_saves"
 mutate fedalf_jax/__init__.py '    _INTERRUPT.install_for_command()' '    pass' \
   "signals: the command's handlers installed only once JAX has loaded" "$SG -k while_the_command_loads"
 mutate fedalf_jax/cli.py '    if getattr(main_spec, "name", None) == "fedalf_jax.cli":' '    if False:' \
@@ -392,7 +392,7 @@ mutate fedalf_jax/experiment/guarantee.py '        if alg is not None and alg.pu
   "contract: the privacy record is silent on a non-public aux (item 2)" "$K -k privacy_record"
 mutate fedalf_jax/sim/client.py '(epochs * ((n + batch_size - 1) // batch_size))' '(epochs * (n // batch_size))' \
   "contract: the local step count misses a last partial batch (item 3)" "$K -k fednova_example"
-mutate fedalf_jax/sim/round.py 'spec.num_clients, n_sel, outs.aux)' 'spec.num_clients, jnp.ones_like(n_sel), outs.aux)' \
+mutate fedalf_jax/sim/round.py 'spec.num_clients, n_sel, outs.aux, server_key(state))' 'spec.num_clients, jnp.ones_like(n_sel), outs.aux, server_key(state))' \
   "contract: ServerIn.n is not the clients' sample counts (item 3)" "$K -k broadcast"
 mutate fedalf_jax/experiment/rundir.py 'metric_columns(cfg.clients, extra), keep_upto=keep_upto)' \
   'metric_columns(cfg.clients), keep_upto=keep_upto)' "contract: the algorithm's own metrics left out of metrics.csv (item 7)" \
@@ -464,9 +464,9 @@ mutate examples/fedadam.py 'jnp.where(s.t == 0, jnp.square(tau).astype(x.dtype),
 PT=tests/test_personal.py
 mutate fedalf_jax/sim/train.py '            return C.check_params(alg, "personal_model", alg.personal_model(st), theta, dtypes=False)' \
   '            return theta' "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
-mutate fedalf_jax/experiment/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0)' '            at0 = at0' \
+mutate fedalf_jax/experiment/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])' '            at0 = at0' \
   "personal: round 0 evaluates the client states after the first chunk" "$PT -k ditto_example"
-mutate fedalf_jax/sim/round.py '    pen = p.penalty(theta, state, hp, **alg.client_kwargs(p.penalty, bcast, facts)) if p.penalty is not None else None' \
+mutate fedalf_jax/sim/round.py '    pen = client_fn(alg, "personal.penalty", p.penalty, theta, state, hp, bcast, facts)' \
   '    pen = None' "personal: v_i trained without its penalty" "$PT -k ditto_example"
 mutate fedalf_jax/sim/round.py '    v0 = C.check_params(alg, "personal.start", p.start(theta, state, hp,' \
   '    v0 = C.check_params(alg, "personal.start", p.start(theta, theta, hp,' "personal: v_i trained from θ, not its start" \
