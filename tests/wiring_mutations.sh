@@ -382,8 +382,7 @@ mutate fedalf_jax/api.py '               for cs in (distinct(configs)[0], config
   "dedupe: fj.sweep(resume=True) refuses a sweep.json of distinct runs" "$D -k fj_sweep"
 # issue #28 items 1, 2, 3, 7, 8, 9: the algorithm contract and the SCAFFOLD / FedNova examples (labels start with "contract")
 K=tests/test_contract.py
-mutate fedalf_jax/sim/round.py '    bcast = alg.broadcast(state.sstate) if' \
-  '    bcast = alg.broadcast(jax.tree_util.tree_map(jnp.zeros_like, state.sstate)) if' \
+mutate fedalf_jax/sim/round.py 'bcast = (C.call(alg, "broadcast", alg.broadcast, (state.sstate,), {}, "server_state")' 'bcast = (C.call(alg, "broadcast", alg.broadcast, (jax.tree_util.tree_map(jnp.zeros_like, state.sstate),), {}, "server_state")' \
   "contract: the clients receive the initial server state's broadcast every round (item 1)" "$K -k broadcast"
 mutate fedalf_jax/sim/round.py 'return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, aux)' \
   'return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, jax.tree_util.tree_map(jnp.zeros_like, aux))' \
@@ -462,14 +461,14 @@ mutate examples/fedadam.py 'jnp.where(s.t == 0, jnp.square(tau).astype(x.dtype),
 # issue #28 items 4, 5 and 9's Ditto: local training the algorithm controls, personalised evaluation, the clients'
 # index lists (labels start with "personal")
 PT=tests/test_personal.py
-mutate fedalf_jax/sim/train.py '            return C.check_params(alg, "personal_model", alg.personal_model(st), theta, dtypes=False)' \
-  '            return theta' "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
+mutate fedalf_jax/sim/train.py '            return jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), mine, theta)' '            return theta' \
+  "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
 mutate fedalf_jax/experiment/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])' '            at0 = at0' \
   "personal: round 0 evaluates the client states after the first chunk" "$PT -k ditto_example"
 mutate fedalf_jax/sim/round.py '    pen = client_fn(alg, "personal.penalty", p.penalty, theta, state, hp, bcast, facts)' \
   '    pen = None' "personal: v_i trained without its penalty" "$PT -k ditto_example"
-mutate fedalf_jax/sim/round.py '    v0 = C.check_params(alg, "personal.start", p.start(theta, state, hp,' \
-  '    v0 = C.check_params(alg, "personal.start", p.start(theta, theta, hp,' "personal: v_i trained from θ, not its start" \
+mutate fedalf_jax/sim/round.py '    v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)' '    v0 = client_fn(alg, "personal.start", p.start, theta, theta, hp, bcast, facts)' \
+  "personal: v_i trained from θ, not its start" \
   "$PT -k ditto_example"
 mutate fedalf_jax/experiment/rundir.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
   '    return [*alg.metrics, *avg]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
@@ -477,13 +476,13 @@ mutate fedalf_jax/reporting/tables.py '    if mine:  # an algorithm with a perso
   "personal: the report leaves out the personalised models" "$PT -k ditto_example"
 mutate fedalf_jax/sim/round.py '    opt = alg.local_optimizer(lr_t) if alg.local_optimizer is not None else None' '    opt = None' \
   "personal: the local optimiser ignored" "$PT -k local_optimizer"
-mutate fedalf_jax/sim/client.py '                opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], new_opt)]' \
-  '                opt = [new_opt]' "personal: a step past the client's examples moves the optimiser state" \
+mutate fedalf_jax/sim/client.py '        opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], tuple(new_opt))]' '        opt = [tuple(new_opt)]' \
+  "personal: a step past the client's examples moves the optimiser state" \
   "$PT -k local_optimizer"
 mutate fedalf_jax/sim/round.py '        start_vars = {**theta_vars, "params": C.check_params(alg, "local_start", start, theta)}' \
   '        start_vars = theta_vars' "personal: local training from θ whatever local_start says" "$PT -k local_start"
-mutate fedalf_jax/experiment/build.py '    return dataclasses.replace(alg, local_optimizer=A.local_optimizer(cfg.local_optimizer))' \
-  '    return alg' "personal: --local-optimizer ignored" "$PT -k local_optimizer_option"
+mutate fedalf_jax/experiment/build.py '    return _with_optimizer(alg, cfg.local_optimizer)' '    return alg' \
+  "personal: --local-optimizer ignored" "$PT -k local_optimizer_option"
 mutate fedalf_jax/experiment/config.py '        if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)' \
   '        if False:  # as before the option existed (identities, digests, config.json)' \
   "personal: local_optimizer=None recorded (old checkpoints' identity changes)" "$PT -k local_optimizer_option"
