@@ -58,8 +58,8 @@ mutate fedalf_jax/experiment/config.py "if self.clients_per_round > self.clients
   "glue: full participation refused" "$G -k full_participation"
 mutate fedalf_jax/experiment/loop.py "st, out = program(at0, hp, data, 0)" \
   "st, out = program(state, hp, data, 0)" "glue: round 0 evaluates the model after the first chunk" "$G -k round_0"
-mutate fedalf_jax/experiment/loop.py "length = min(cfg.eval_every - t % cfg.eval_every, cfg.rounds - t)" \
-  "length = min(cfg.eval_every, cfg.rounds - t)" "glue: an extended run's chunks leave the evaluation grid" "$G -k off_the_eval_grid"
+mutate fedalf_jax/experiment/loop.py "                if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
+  "                if not ((t - start) % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" "glue: an extended run's evaluations leave the evaluation grid" "$G -k off_the_eval_grid"
 mutate fedalf_jax/experiment/rundir.py "path = avail[max(avail) if round is None else round]" "path = avail[max(avail)]" \
   "glue: load_checkpoint(round=r) returns the last checkpoint" "$G -k load_checkpoint"
 mutate fedalf_jax/reporting/runs.py "cell.eta = max(sorted(cell.scores), key" "cell.eta = max(sorted(cell.scores, reverse=True), key" \
@@ -110,8 +110,8 @@ mutate fedalf_jax/experiment/rundir.py "for name in TEMPORARIES:" "for name in [
   "trust: every *.tmp* file is removed" "$T -k temporary"
 mutate fedalf_jax/experiment/rundir.py 'if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:' 'if False:' \
   "trust: sweep.json may point outside its folder" "$T -k outside_its_folder"
-mutate fedalf_jax/experiment/loop.py "if schedule.due(t, t == cfg.rounds) or INTERRUPT.requested:" \
-  "if schedule.due(t, t == cfg.rounds):" "trust: Ctrl-C drops the rounds since the last timed checkpoint" "$T -k saves_the_last"
+mutate fedalf_jax/experiment/loop.py "        if final or interrupted:" \
+  "        if final:" "trust: Ctrl-C drops the rounds since the last timed checkpoint" "$T -k saves_the_last"
 mutate fedalf_jax/interrupt.py "        if not self.requested:
             self.requested, self.signum = True, signum" "        if True:
             self.requested, self.signum = True, signum" "trust: a second Ctrl-C is ignored" "$T -k second_ctrl_c"
@@ -474,7 +474,7 @@ mutate fedalf_jax/experiment/rundir.py '    return [*(PERSONAL_KEYS if alg.perso
   '    return [*alg.metrics, *avg]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
 mutate fedalf_jax/reporting/tables.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
   "personal: the report leaves out the personalised models" "$PT -k ditto_example"
-mutate fedalf_jax/sim/round.py '    opt = alg.local_optimizer(lr_t) if alg.local_optimizer is not None else None' '    opt = None' \
+mutate fedalf_jax/sim/round.py '        opt = C.check_optimizer(alg, opt)' '        opt = None' \
   "personal: the local optimiser ignored" "$PT -k local_optimizer"
 mutate fedalf_jax/sim/client.py '        opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], tuple(new_opt))]' '        opt = [tuple(new_opt)]' \
   "personal: a step past the client's examples moves the optimiser state" \
