@@ -102,14 +102,20 @@ def unpack_upload(alg, out, theta, state) -> tuple[Any, Any, Any]:
             raise error(f"{fn} returned an auxiliary upload (a third element) but the Algorithm does not say "
                         f"whether it is private: set public_aux=True (aux is a function of w_tilde and public "
                         f"values, so the privacy guarantee covers it) or public_aux=False")
-        for k, v in client_metrics(aux).items():
-            if k not in alg.metrics:
-                raise error(f"{fn} returned the client metric {k!r} in aux['metrics'] but the Algorithm's metrics "
-                            f"are {tuple(alg.metrics)}; add {k!r} to metrics=")
-            if jnp.shape(v) != ():
-                raise error(f"{fn} returned the client metric {k!r} of shape {tuple(jnp.shape(v))}; expected a "
-                            f"scalar")
+        check_aux_metrics(alg, fn, aux)
     return delta, new_state, aux
+
+
+def check_aux_metrics(alg, fn: str, aux) -> None:
+    """The client metrics in ``aux["metrics"]`` (an upload's or a client program's): each declared in
+    ``Algorithm.metrics`` and a scalar; one line otherwise."""
+    for k, v in client_metrics(aux).items():
+        if k not in alg.metrics:
+            raise error(f"{fn} returned the client metric {k!r} in aux['metrics'] but the Algorithm's metrics "
+                        f"are {tuple(alg.metrics)}; add {k!r} to metrics=")
+        if jnp.shape(v) != ():
+            raise error(f"{fn} returned the client metric {k!r} of shape {tuple(jnp.shape(v))}; expected a "
+                        f"scalar")
 
 
 def client_metrics(aux) -> dict:
@@ -350,10 +356,4 @@ def _check_final_rest(alg, fn: str, new_state, state, aux) -> None:
             raise error(f"{fn} returned an auxiliary upload (a third element) but the Algorithm does not say "
                         f"whether it is private: set public_aux=False (or True: aux is a function of public "
                         f"values only)")
-        for k, v in client_metrics(aux).items():
-            if k not in alg.metrics:
-                raise error(f"{fn} returned the client metric {k!r} in aux['metrics'] but the Algorithm's metrics "
-                            f"are {tuple(alg.metrics)}; add {k!r} to metrics=")
-            if jnp.shape(v) != ():
-                raise error(f"{fn} returned the client metric {k!r} of shape {tuple(jnp.shape(v))}; expected a "
-                            f"scalar")
+        check_aux_metrics(alg, fn, aux)
