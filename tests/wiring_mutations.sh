@@ -616,7 +616,7 @@ mutate fedalf_jax/sim/round.py "        w_tilde = privatise(spec, k_priv, theta,
 DG=tests/test_digest.py; CD=fedalf_jax/experiment/code_digest.py
 mutate $CD "        homes[home] = _walk(home)" "        homes[home] = ([], False)" \
   "digest36: the module's folder not walked" "$DG -k helper_module"
-mutate $CD $'    for name, b in sorted(r.values):\n        h.update(name.encode() + b"\\0" + hashlib.sha256(b).digest())' $'    for name, b in sorted(r.values):\n        pass' \
+mutate $CD $'    for name, b in sorted(found.values):\n        h.update(name.encode() + b"\\0" + hashlib.sha256(b).digest())' $'    for name, b in sorted(found.values):\n        pass' \
   "digest36: globals' values not hashed" "$DG -k global"
 mutate fedalf_jax/experiment/identity.py "    elif old == registry.legacy_code(kind, name):" "    elif False:" \
   "digest36: an old checkpoint's digest not compared the old way" "$DG -k old_way"
@@ -856,8 +856,8 @@ mutate fedalf_jax/experiment/registry.py "    return take(obj, module, built)" "
   "trust47-digest: the functions of the Algorithm a factory builds are not followed" "$TD -k follows_the_code"
 mutate fedalf_jax/experiment/code_digest.py '            if not (str(key).startswith("__") and str(key).endswith("__")):' \
   "            if False:" "trust47-digest: what a reached module imports is not followed" "$TD -k follows_the_code"
-mutate fedalf_jax/experiment/code_digest.py "    h.update(b\"\".join(sorted(r.files.values())))" \
-  "    h.update(b\"\".join(sorted(r.files.values())) + previous(d).encode())" \
+mutate fedalf_jax/experiment/code_digest.py '    return _hashed(b"code digest 3\0", r), statement(r)' \
+  '    return _hashed(b"code digest 3\0" + previous(d).encode(), r), statement(r)' \
   "trust47-digest: any .py file of the code's folders blocks --resume again" "$TD -k resume_refuses"
 mutate fedalf_jax/experiment/identity.py '        said = f"changed: {_listed(what, 6)}; " if what else ""' '        said = ""' \
   "trust47-digest: the refusal does not name the changed file" "$TD -k resume_refuses"

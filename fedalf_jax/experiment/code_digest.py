@@ -374,13 +374,7 @@ def _current_previous(d: _Previous) -> tuple[str, str]:
         g.function(fn)
     if g.unreadable:
         return "uncheckable", g.unreadable[0]
-    h = hashlib.sha256(b"code digest 2\0")
-    h.update(b"".join(sorted(g.files.values())))  # the files' contents, wherever they lie
-    for co in g.codes:
-        h.update(_code_bytes(co))
-    for name, b in sorted(g.values):
-        h.update(name.encode() + b"\0" + hashlib.sha256(b).digest())
-    return h.hexdigest()[:16], _statement_previous(g)
+    return _hashed(b"code digest 2\0", g), _statement_previous(g)
 
 
 def _listed(items: list, limit: int = 4) -> str:
@@ -673,6 +667,18 @@ def _now(d: Digest) -> _Reach:
     return _walk_from(d.roots, d.files)
 
 
+def _hashed(tag: bytes, found) -> str:
+    """The 16-hex digest of what a walk ``found`` (its ``files``, ``codes`` and ``values``), after ``tag``
+    (the digest format: 2 for issue 36's, 3 for the per-file one)."""
+    h = hashlib.sha256(tag)
+    h.update(b"".join(sorted(found.files.values())))  # the files' contents, wherever they lie
+    for co in found.codes:
+        h.update(_code_bytes(co))
+    for name, b in sorted(found.values):
+        h.update(name.encode() + b"\0" + hashlib.sha256(b).digest())
+    return h.hexdigest()[:16]
+
+
 def current(d: Digest) -> tuple[str, str]:
     """``(digest, covers)``: the digest of ``d``'s code now (its globals re-read) and a statement of what it
     covers and does not; ``digest`` is ``"uncheckable"`` when nothing can be hashed."""
@@ -683,13 +689,7 @@ def current(d: Digest) -> tuple[str, str]:
     r = _now(d)
     if r.unreadable:
         return "uncheckable", r.unreadable[0]
-    h = hashlib.sha256(b"code digest 3\0")
-    h.update(b"".join(sorted(r.files.values())))  # the files' contents, wherever they lie
-    for co in r.codes:
-        h.update(_code_bytes(co))
-    for name, b in sorted(r.values):
-        h.update(name.encode() + b"\0" + hashlib.sha256(b).digest())
-    return h.hexdigest()[:16], statement(r)
+    return _hashed(b"code digest 3\0", r), statement(r)
 
 
 def parts(d: Digest) -> dict:
