@@ -1065,4 +1065,8 @@ mutate docs/extending.md '      return optax.apply_updates(w, updates), s' '    
   "doc48: the optimiser-in-the-carry block does not step" "$XD -k local_optimizer_as_a_carry"
 # end doc48
 
+# the aux's client metrics checked for every client (contract.check_aux_metrics, shared by upload and client.final)
+mutate fedalf_jax/sim/contract.py "        if k not in alg.metrics:" "        if False:" \
+  "contract: an undeclared client metric in aux accepted" "tests/test_contract.py -k contract_mistake"
+
 exit $status
