@@ -248,6 +248,12 @@ def _bad(kind):
         return dataclasses.replace(a, init_client_state=lambda p: {"name": "c_i"})
     if kind == "aux_undeclared":
         return dataclasses.replace(a, upload=lambda th, w, wt, st, hp, lr: (th, st, jnp.zeros(2)))
+    if kind == "aux_metric_undeclared":  # a client metric the Algorithm's metrics do not name
+        return dataclasses.replace(a, public_aux=True,
+                                   upload=lambda th, w, wt, st, hp, lr: (th, st, {"metrics": {"gap": jnp.float32(0)}}))
+    if kind == "aux_metric_vector":
+        return dataclasses.replace(a, public_aux=True, metrics=("gap",),
+                                   upload=lambda th, w, wt, st, hp, lr: (th, st, {"metrics": {"gap": jnp.zeros(2)}}))
     raise AssertionError(kind)
 
 
@@ -263,6 +269,8 @@ def _bad(kind):
     ("penalty", r"penalty's function returned \{value: float32\[3\]\}; expected a float scalar"),
     ("init_state", r"init_client_state returned \[.name.\] as a str \(.c_i.\); expected a pytree of arrays"),
     ("aux_undeclared", r"upload returned an auxiliary upload .*public_aux=True .*or public_aux=False"),
+    ("aux_metric_undeclared", r"upload returned the client metric 'gap' in aux\['metrics'\].*add 'gap' to metrics="),
+    ("aux_metric_vector", r"upload returned the client metric 'gap' of shape \(2,\); expected a scalar"),
 ])
 def test_a_contract_mistake_is_one_line_naming_the_function(kind, match):
     fj.register_algorithm("bad", lambda: _bad(kind))
