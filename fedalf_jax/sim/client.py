@@ -52,6 +52,21 @@ def epoch_order(key, n, length: int) -> jnp.ndarray:
     return jnp.argsort(jnp.where(pos < n, u, 2.0 + pos / length))
 
 
+def epoch_schedule(ekey, n, length: int, padded: int):
+    """One epoch's minibatch schedule from its key: ``(order, dropout key)``, ``order`` a random order of the
+    client's ``n`` positions (:func:`epoch_order`) padded with zeros to ``padded`` (whole batches). Shared by
+    the default client's SGD and a client program's steps, so both see the same minibatches."""
+    okey, dkey = jax.random.split(ekey)
+    order = epoch_order(okey, n, length)
+    return jnp.concatenate([order, jnp.zeros(padded - length, order.dtype)]), dkey
+
+
+def epoch_batch(order, n, j, batch_size: int):
+    """Step ``j`` of an epoch's schedule: ``(positions, mask)``, the mask marking the real examples."""
+    pos = jax.lax.dynamic_slice(order, (j * batch_size,), (batch_size,))
+    return pos, (j * batch_size + jnp.arange(batch_size)) < n
+
+
 def steps_per_epoch(length: int, batch_size: int) -> int:
     return int(math.ceil(length / batch_size))
 
@@ -204,13 +219,10 @@ def sgd(parts: tuple, stats, x_pool, y_pool, idx, n, key, lr, *, epochs: int, ba
 
     def run_epoch(carry, ek):
         ekey, e = ek
-        okey, dkey = jax.random.split(ekey)
-        order = epoch_order(okey, n, length)
-        order = jnp.concatenate([order, jnp.zeros(padded - length, order.dtype)])
+        order, dkey = epoch_schedule(ekey, n, length, padded)
 
         def step(carry, j):
-            pos = jax.lax.dynamic_slice(order, (j * batch_size,), (batch_size,))
-            mask = (j * batch_size + jnp.arange(batch_size)) < n
+            pos, mask = epoch_batch(order, n, j, batch_size)
             rows = idx[pos]
             g, new_stats = grad_fn(carry[0], carry[1], x_pool[rows], y_pool[rows], mask, jax.random.fold_in(dkey, j),
                                    e * steps + j)

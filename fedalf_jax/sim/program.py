@@ -34,7 +34,8 @@ import jax.numpy as jnp
 from . import contract as C
 from . import tree as T
 from .algorithms import ClientFacts, ClientProgram, HParams  # noqa: F401 (ClientProgram: here too)
-from .client import ClientOut, _chunked, epoch_order, full_loss, local_steps, step_batches, steps_per_epoch
+from .client import (ClientOut, _chunked, epoch_batch, epoch_schedule, full_loss, local_steps, step_batches,
+                     steps_per_epoch)
 
 
 class ClientBatch(NamedTuple):
@@ -216,13 +217,10 @@ def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key):
 
     def run_epoch(carry, ek):
         ekey, e = ek
-        okey, dkey = jax.random.split(ekey)
-        order = epoch_order(okey, n, length)
-        order = jnp.concatenate([order, jnp.zeros(padded - length, order.dtype)])
+        order, dkey = epoch_schedule(ekey, n, length, padded)  # the default client's minibatches
 
         def step(carry, j):
-            pos = jax.lax.dynamic_slice(order, (j * b,), (b,))
-            mask = (j * b + jnp.arange(b)) < n
+            pos, mask = epoch_batch(order, n, j, b)
             rows = idx[pos]
             batch = ClientBatch(x_pool[rows], y_pool[rows], mask, (e * steps + j).astype(jnp.int32),
                                 jax.random.fold_in(dkey, j))
