@@ -148,7 +148,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_drawing_sees_the_imports():
     """The drawing is not empty by mistake: it sees imports known to be there, also a lazy one."""
     graph = drawing(ROOT)
-    assert "fedalf_jax.sim.privacy" in graph["fedalf_jax.sim.round"]
+    assert "fedalf_jax.sim.privacy" in graph["fedalf_jax.sim.program"]
     assert "fedalf_jax.experiment.config" in graph["fedalf_jax.cli"]
     assert "fedalf_jax.experiment.config" in graph["fedalf_jax.experiment.loop"]
     # circles() and back_arrows() find what they are made to find

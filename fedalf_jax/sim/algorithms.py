@@ -148,13 +148,14 @@ class ClientProgram(NamedTuple):
 
 
 class ClientFacts(NamedTuple):
-    """What a client knows of itself, given to ``penalty`` and ``upload`` as ``facts=`` when they have a
-    parameter ``facts``: its sample count and the SGD steps its local training takes this round."""
+    """What a client knows of itself (a client program's ``ctx.facts``; the default client's functions get it
+    as ``facts=`` when they have a parameter ``facts``): its sample count, the SGD steps its local training
+    takes this round, its training labels counted and its index."""
 
     n: Any       # int32 scalar: n_i
     steps: Any   # int32 scalar: local SGD steps, epochs · ⌈n_i / B⌉ or --local-steps K (0 without local training)
-    label_counts: Any = None  # [num_classes] int32: the client's training labels counted (a client program's ctx)
-    index: Any = None         # int32 scalar: the client's index in 0 … N − 1 (a client program's ctx)
+    label_counts: Any = None  # [num_classes] int32: the client's training labels counted
+    index: Any = None         # int32 scalar: the client's index in 0 … N − 1
 
 
 SERVER_INFO = ("qp_iters", "qp_residual", "qp_fallback", "qp_blocks")
@@ -192,7 +193,7 @@ class Algorithm:
     * ``broadcast(server_state) -> pytree`` (optional): what the server sends every client this round
       beside θ; ``penalty`` and ``upload`` get it as the keyword ``broadcast=`` when they have a parameter
       of that name (shared by the clients, not vmapped).
-    * ``penalty`` and ``upload`` get ``facts=ClientFacts(n, steps)`` when they have a parameter ``facts``.
+    * ``penalty`` and ``upload`` get ``facts=ClientFacts(n, steps, label_counts, index)`` when they have a parameter ``facts``.
     * ``upload`` may return ``(Δ_i, new state, aux)``: ``aux`` (any pytree) reaches the server stacked over
       the m clients as ``ServerIn.aux``; ``public_aux`` must then say whether it is a function of ``w_tilde``
       and public values (``True``: covered by the privacy guarantee) or not (``False``).

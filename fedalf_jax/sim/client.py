@@ -102,19 +102,23 @@ def local_sgd(model, variables, x_pool, y_pool, idx, n, key, lr, *, epochs: int,
     (``Algorithm.personal``), ``loss_v(v, w, stats, x, y, mask, rng, step) -> scalar`` (``w``'s gradient
     stopped), with its own copy of the optimiser; then ``(variables, v)`` is returned.
     """
-    w_loss = _w_objective(model, penalty, data_loss, local_loss)
+    objective = joint_objective(_w_objective(model, penalty, data_loss, local_loss), personal)
     parts = (variables["params"],) if personal is None else (variables["params"], personal[0])
+    ps, stats = sgd(parts, variables.get("batch_stats"), x_pool, y_pool, idx, n, key, lr, epochs=epochs,
+                    batch_size=batch_size, objective=objective, optimizer=optimizer, steps=steps)
+    out = _join(ps[0], stats)
+    return out if personal is None else (out, ps[1])
 
+
+def joint_objective(w_loss, personal=None):
+    """The objective of one step over the parts ``(w[, v])``: ``w``'s loss (:func:`_w_objective`), plus, with a
+    personal model ``personal = (v0, loss_v)``, ``loss_v(v, w, ...)`` with ``w``'s gradient stopped."""
     def objective(ps, stats, xb, yb, mask, rng, step):
         loss, new_stats = w_loss(ps[0], stats, xb, yb, mask, rng, step)
         if personal is not None:
             loss = loss + personal[1](ps[1], jax.lax.stop_gradient(ps[0]), stats, xb, yb, mask, rng, step)
         return loss, new_stats
-
-    ps, stats = sgd(parts, variables.get("batch_stats"), x_pool, y_pool, idx, n, key, lr, epochs=epochs,
-                    batch_size=batch_size, objective=objective, optimizer=optimizer, steps=steps)
-    out = _join(ps[0], stats)
-    return out if personal is None else (out, ps[1])
+    return objective
 
 
 def _w_objective(model, penalty, data_loss, local_loss):
@@ -172,50 +176,69 @@ def step_batches(key, n, length: int, batch_size: int):
     return batch
 
 
-def _sgd_update(carry, g, new_stats, live, lr, optimizer):
-    """One masked step of :func:`sgd` from the gradient ``g``: nothing changes when ``live`` is false."""
+def _sgd_update(carry, g, new_stats, lr, optimizer):
+    """One step of :func:`sgd` from the gradient ``g`` (:func:`scan_steps` keeps the old carry when the step
+    has no real example)."""
     ps, stats, *opt = carry
     if optimizer is None:
-        ps = jax.tree_util.tree_map(lambda p, gi: jnp.where(live, p - lr * gi, p), ps, g)
+        ps = jax.tree_util.tree_map(lambda p, gi: p - lr * gi, ps, g)
     else:
         stepped, new_opt = [], []
         for p, gi, o in zip(ps, g, opt[0]):
             updates, no = optimizer.update(gi, o, p)
             stepped.append(optax.apply_updates(p, updates))
             new_opt.append(no)
-        ps = jax.tree_util.tree_map(lambda p, q: jnp.where(live, q, p), ps, tuple(stepped))
-        opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], tuple(new_opt))]
+        ps, opt = tuple(stepped), [tuple(new_opt)]
     if stats is not None:
-        stats = jax.tree_util.tree_map(lambda s, ns: jnp.where(live, ns, s), stats, new_stats)
+        stats = new_stats
     return (ps, stats, *opt)
 
 
-def sgd(parts: tuple, stats, x_pool, y_pool, idx, n, key, lr, *, epochs: int, batch_size: int, objective,
-        optimizer=None, steps: Optional[int] = None):
-    """Masked minibatch SGD of a tuple of param pytrees ``parts`` (the global copy ``w``, and a personal
-    model beside it) on ``objective(parts, stats, x, y, mask, rng, step) -> (loss, new_stats)``, as one
-    ``lax.scan`` over epochs of ``lax.scan`` over steps; returns ``(parts, stats)``. Each part has its own
-    state of ``optimizer`` (an optax transformation; ``None``: ``p − lr·g``). ``step``: the step's index over
-    all epochs. A step with no real example changes nothing. ``steps``: ``K`` steps of :func:`step_batches`
-    instead of the epochs (one ``lax.scan`` of ``K``)."""
-    length = idx.shape[0]
-    grad_fn = jax.grad(objective, has_aux=True)
+def sgd_init(parts: tuple, stats, optimizer=None):
+    """The carry of :func:`sgd`: ``(parts, stats[, optimiser states])``, each part with its own optimiser state."""
     init = (tuple(parts), stats)
     if optimizer is not None:
         init = init + (tuple(optimizer.init(p) for p in parts),)
+    return init
+
+
+def sgd_step(objective, lr, optimizer=None):
+    """``(carry, x, y, mask, rng, step) -> carry``: one SGD step of :func:`sgd`'s carry (:func:`sgd_init`) on
+    ``objective(parts, stats, x, y, mask, rng, step) -> (loss, new_stats)``; ``optimizer`` an optax
+    transformation (``None``: ``p − lr·g``)."""
+    grad_fn = jax.grad(objective, has_aux=True)
+
+    def step(carry, xb, yb, mask, rng, k):
+        g, new_stats = grad_fn(carry[0], carry[1], xb, yb, mask, rng, k)
+        return _sgd_update(carry, g, new_stats, lr, optimizer)
+    return step
+
+
+def scan_steps(body, carry, idx, n, key, *, epochs: int, batch_size: int, steps: Optional[int] = None):
+    """A client's local steps, the one loop that the default client's SGD and a client program's steps share:
+    ``body(carry, rows, mask, rng, step) -> carry`` once per minibatch step (``rows``: the step's ``B`` indices
+    into the pool, ``mask`` the real ones, ``rng`` its dropout key, ``step`` its index over the round), as one
+    ``lax.scan`` over ``epochs`` epochs of ``lax.scan`` over their ``⌈L / B⌉`` steps (:func:`epoch_schedule`);
+    with ``steps`` (``--local-steps K``), one ``lax.scan`` of ``K`` steps of :func:`step_batches`. A step with
+    no real example leaves the carry unchanged. Returns the final carry."""
+    length = idx.shape[0]
+
+    def masked(carry, pos, mask, rng, k):
+        new = body(carry, idx[pos], mask, rng, k)
+        live = jnp.any(mask)
+        return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new)
+
     if steps is not None:
         batch = step_batches(key, n, length, batch_size)
 
         def k_step(carry, k):
             pos, mask, rng = batch(k)
-            rows = idx[pos]
-            g, new_stats = grad_fn(carry[0], carry[1], x_pool[rows], y_pool[rows], mask, rng, k)
-            return _sgd_update(carry, g, new_stats, jnp.any(mask), lr, optimizer), None
+            return masked(carry, pos, mask, rng, k), None
 
-        (ps, stats, *_), _ = jax.lax.scan(k_step, init, jnp.arange(steps))
-        return ps, stats
-    steps = steps_per_epoch(length, batch_size)
-    padded = steps * batch_size
+        carry, _ = jax.lax.scan(k_step, carry, jnp.arange(steps))
+        return carry
+    per_epoch = steps_per_epoch(length, batch_size)
+    padded = per_epoch * batch_size
 
     def run_epoch(carry, ek):
         ekey, e = ek
@@ -223,15 +246,26 @@ def sgd(parts: tuple, stats, x_pool, y_pool, idx, n, key, lr, *, epochs: int, ba
 
         def step(carry, j):
             pos, mask = epoch_batch(order, n, j, batch_size)
-            rows = idx[pos]
-            g, new_stats = grad_fn(carry[0], carry[1], x_pool[rows], y_pool[rows], mask, jax.random.fold_in(dkey, j),
-                                   e * steps + j)
-            return _sgd_update(carry, g, new_stats, jnp.any(mask), lr, optimizer), None
+            return masked(carry, pos, mask, jax.random.fold_in(dkey, j), e * per_epoch + j), None
 
-        carry, _ = jax.lax.scan(step, carry, jnp.arange(steps))
+        carry, _ = jax.lax.scan(step, carry, jnp.arange(per_epoch))
         return carry, None
 
-    (ps, stats, *_), _ = jax.lax.scan(run_epoch, init, (jax.random.split(key, epochs), jnp.arange(epochs)))
+    carry, _ = jax.lax.scan(run_epoch, carry, (jax.random.split(key, epochs), jnp.arange(epochs)))
+    return carry
+
+
+def sgd(parts: tuple, stats, x_pool, y_pool, idx, n, key, lr, *, epochs: int, batch_size: int, objective,
+        optimizer=None, steps: Optional[int] = None):
+    """Masked minibatch SGD of a tuple of param pytrees ``parts`` (the global copy ``w``, and a personal
+    model beside it) on ``objective(parts, stats, x, y, mask, rng, step) -> (loss, new_stats)`` over the
+    steps of :func:`scan_steps`; returns ``(parts, stats)``. Each part has its own state of ``optimizer`` (an
+    optax transformation; ``None``: ``p − lr·g``). ``step``: the step's index over all epochs. A step with no
+    real example changes nothing. ``steps``: ``K`` steps of :func:`step_batches` instead of the epochs."""
+    one = sgd_step(objective, lr, optimizer)
+    ps, stats, *_ = scan_steps(lambda c, rows, mask, rng, k: one(c, x_pool[rows], y_pool[rows], mask, rng, k),
+                               sgd_init(parts, stats, optimizer), idx, n, key, epochs=epochs,
+                               batch_size=batch_size, steps=steps)
     return ps, stats
 
 

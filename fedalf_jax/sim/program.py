@@ -8,7 +8,7 @@ client_final)``:
   step warm-starts from the last (pFedMe's θ̃); a step with no real example leaves the carry unchanged;
 * ``final(carry, ctx) -> (Δ_i, new state[, aux])``: what the client uploads, as ``Algorithm.upload`` returns it;
   or ``fj.Reveal(w, new state[, aux])``: the model ``w`` the client reveals, which the round passes through the
-  run's privacy mechanism (:func:`~fedalf_jax.sim.round.privatise`, with the default client's key) and uploads
+  run's privacy mechanism (:func:`privatise`, with the default client's key) and uploads
   as ``Δ_i = θ − w̃`` (FedAvg's model upload). Under ``--ldp`` or ``--dp gaussian`` only a ``Reveal`` runs: a raw
   ``Δ_i`` would leave the client past the mechanism, and is refused in one line.
 
@@ -18,10 +18,12 @@ learning rate, a per-client key, the client's :class:`~fedalf_jax.sim.algorithms
 folds a function over the client's own training examples, exactly, at any params (FedProto's prototypes
 after training, SCAFFOLD option I's full gradient).
 
-An algorithm gives it as ``fj.Algorithm(name, server, client=fj.ClientProgram(init, step, final))``; the
-round's :func:`~fedalf_jax.sim.round.client_step` branches to :func:`program_client`, and the default client
-(``upload``, ``penalty``, ``local_loss``, ...) is untouched. Clients stay vmapped (or ``lax.map``ped) in
-the one compiled round.
+An algorithm gives it as ``fj.Algorithm(name, server, client=fj.ClientProgram(init, step, final))``.
+Without one, its optional fields (``upload``, ``penalty``, ``local_loss``, ...) describe the default client,
+which :mod:`fedalf_jax.sim.default_client` builds into a program of the same form: the round's
+:func:`~fedalf_jax.sim.round.client_step` runs every client through :func:`program_client`, and what leaves a
+client passes through the mechanism there (:func:`privatise`). Clients stay vmapped (or ``lax.map``ped) in the
+one compiled round.
 """
 
 from __future__ import annotations
@@ -34,8 +36,7 @@ import jax.numpy as jnp
 from . import contract as C
 from . import tree as T
 from .algorithms import ClientFacts, ClientProgram, HParams  # noqa: F401 (ClientProgram: here too)
-from .client import (ClientOut, _chunked, epoch_batch, epoch_schedule, full_loss, local_steps, step_batches,
-                     steps_per_epoch)
+from .client import ClientOut, _chunked, full_loss, local_steps, scan_steps
 
 
 class ClientBatch(NamedTuple):
@@ -86,7 +87,9 @@ class ClientContext(NamedTuple):
       its client index in ``0 … N − 1``;
     * ``apply(params, x, *, train=False, key=None) -> (logits, features)``: the model (``features`` what a
       model returning ``(logits, features)`` returns, else ``None``; ``train=True`` with ``key``: dropout);
-    * ``data``: a :class:`DataPass` over the client's own training examples."""
+    * ``data``: a :class:`DataPass` over the client's own training examples;
+    * ``stats``: the batch statistics the client trains from (the global model's, or its own under
+      ``client_collections``): the default client's (a client program runs only on models without them)."""
 
     theta: Any
     state: Any
@@ -98,6 +101,7 @@ class ClientContext(NamedTuple):
     facts: ClientFacts
     apply: Callable
     data: "DataPass"
+    stats: Any = None
 
 
 class DataPass:
@@ -144,28 +148,84 @@ def model_apply(model):
     return apply
 
 
-def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast, index, privatise=None):
-    """One client of round ``t`` run as its algorithm's :class:`ClientProgram` (unbatched; the round vmaps or
-    maps it): ``init``, ``step`` once per local minibatch step, ``final``; returns the round's ``ClientOut``.
-    ``privatise``: :func:`~fedalf_jax.sim.round.privatise` (given by the round: this module does not import
-    it), applied to the model a :class:`Reveal` reveals."""
+class Sent(NamedTuple):
+    """What the default client's ``final`` returns (:mod:`fedalf_jax.sim.default_client`; not a user's form):
+    ``w`` the trained params the run's mechanism perturbs (``None``: the client reveals no model, as with
+    ``local_train=False``, which no mechanism accepts), ``upload(w̃) -> (Δ_i, new state, aux)`` (affine in
+    ``w̃``: the noise variance is read off it, :func:`upload_noise`), ``stats`` the batch statistics after
+    training (``None`` without), ``loss`` ``f_i(θ)`` when ``final`` computed it (``None``: the round does)."""
+
+    w: Any
+    upload: Callable
+    stats: Any = None
+    loss: Any = None
+
+
+def privatise(spec, key, theta, w, hp: HParams, *, with_variance: bool = False):
+    """w̃_i: the model the client reveals. A local mechanism perturbs the weights (``spec.ldp_on ==
+    "weights"``, the paper's reading: each weight's offset from its tensor's centre) or the update
+    (``"update"``: ``w̃ = θ + M(w − θ)``, each value's offset from its update tensor's centre, so the
+    noise scales with the update); Gaussian DP noises the clipped update. ``with_variance``: return
+    ``(w̃, var)``, the per-value noise variance of ``w̃`` the server can compute from what it receives
+    (:mod:`fedalf_jax.sim.privacy`)."""
+    if spec.ldp != "none":
+        from .privacy import mechanism
+        mech = mechanism(spec.ldp)
+        src = T.sub(w, theta) if spec.ldp_on == "update" else w
+        out = mech(key, src, hp.epsilon, with_variance=with_variance)
+        noisy, var = out if with_variance else (out, None)
+        if spec.ldp_on == "update":
+            noisy = T.add(theta, noisy)
+    elif spec.dp == "gaussian":
+        from .privacy import gaussian_dp, gaussian_sigma
+        noisy = T.add(theta, gaussian_dp(key, T.sub(w, theta), epsilon=hp.epsilon, delta=hp.delta, clip=hp.clip,
+                                         neighbouring=spec.neighbouring))
+        if with_variance:
+            s2 = jnp.square(gaussian_sigma(hp.epsilon, hp.delta, hp.clip, neighbouring=spec.neighbouring))
+            var = jax.tree_util.tree_map(lambda x: jnp.full(jnp.shape(x), s2, jnp.float32), w)
+    else:
+        noisy = w
+        var = jax.tree_util.tree_map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), w) if with_variance else None
+    return (noisy, var) if with_variance else noisy
+
+
+def upload_noise(upload, w_tilde, var):
+    """Σ over the upload's values of their noise variance: ``Δ_i`` is affine in ``w̃`` (coefficient
+    ``a`` per value, e.g. −1 for the model upload, −2 for the ADMM increment with the dual from ``w̃``),
+    so ``Var Δ_i = a² Var w̃``; ``a`` is read off a forward-mode derivative of ``upload(w̃)``."""
+    _, (tangent, *_) = jax.jvp(upload, (w_tilde,), (jax.tree_util.tree_map(jnp.ones_like, w_tilde),))
+    return sum(jnp.sum(jnp.square(a.astype(jnp.float32)) * v)
+               for a, v in zip(jax.tree_util.tree_leaves(tangent), jax.tree_util.tree_leaves(var)))
+
+
+def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast, index, program, own=None):
+    """One client of round ``t`` (unbatched; the round vmaps or maps it), run as the client program that
+    ``program(ctx)`` gives: the algorithm's :class:`ClientProgram`, or the default client built from its
+    optional fields (:func:`~fedalf_jax.sim.default_client.default_program`). ``init``, ``step`` once per
+    local minibatch step (:func:`~fedalf_jax.sim.client.scan_steps`), ``final``; what ``final`` reveals
+    passes through the run's privacy mechanism here, for every algorithm. ``own``: the client's own copies of
+    the algorithm's ``client_collections``, which it trains from instead of the global model's. Returns the
+    round's ``ClientOut``."""
     alg = spec.algorithm
-    prog = alg.client
-    C.check_program_run(spec)
-    if "batch_stats" in theta_vars:  # a model whose has_batch_stats is not set (not built by fedalf)
-        raise C.error(f"algorithm {alg.name!r} has a client program, which does not yet train a model's batch "
-                      f"statistics (batch_stats); use a model without BatchNorm")
+    if own:
+        theta_vars = {**theta_vars, **own}
+    if alg.client is not None:
+        C.check_program_run(spec)
+        if "batch_stats" in theta_vars:  # a model whose has_batch_stats is not set (not built by fedalf)
+            raise C.error(f"algorithm {alg.name!r} has a client program, which does not yet train a model's batch "
+                          f"statistics (batch_stats); use a model without BatchNorm")
     theta = theta_vars["params"]
     lr_t = hp.lr * hp.lr_decay ** t
-    k_train, k_priv = jax.random.split(key)  # k_train: the default client's batches and dropout keys, as local_sgd
+    k_train, k_priv = jax.random.split(key)  # k_train: the local steps' batches and dropout keys
     local_mech = spec.ldp != "none" or spec.dp == "gaussian"  # noise drawn on the client from k_priv
     k_ctx = jax.random.fold_in(k_priv, PROGRAM_KEY) if local_mech else k_priv
-    loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size,
-                      forward_only=spec.client_map == "map") if alg.needs_loss else jnp.zeros(()))
     facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),
-                        label_counts(y, idx, n, spec.model.num_classes), jnp.asarray(index, jnp.int32))
+                        label_counts(y, idx, n, spec.model.num_classes),
+                        None if index is None else jnp.asarray(index, jnp.int32))
     ctx = ClientContext(theta, state, hp, bcast, jnp.asarray(t, jnp.int32), lr_t, k_ctx, facts,
-                        model_apply(spec.model), DataPass(alg, x, y, idx, n, spec.batch_size))
+                        model_apply(spec.model), DataPass(alg, x, y, idx, n, spec.batch_size),
+                        theta_vars.get("batch_stats"))
+    prog = program(ctx)
     carry = C.call(alg, "client.init", prog.init, (ctx,), {}, "ctx")
     C.check_arrays(f"algorithm {alg.name!r}: client.init", "the carry", carry)
     carry = jax.tree_util.tree_map(jnp.asarray, carry)
@@ -173,64 +233,44 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
         carry = _steps(spec, prog.step, ctx, carry, x, y, idx, n, k_train)
     out = C.call(alg, "client.final", prog.final, (carry, ctx), {}, "carry, ctx")
     noise_var = jnp.zeros((), jnp.float32)
+    stats, loss = None, None
     if isinstance(out, Reveal):  # the model the client reveals: through the mechanism, then Δ_i = θ − w̃
         w, new_state, aux = C.unpack_reveal(alg, out, theta, state)
-        if alg.needs_noise_var and local_mech:  # Var Δ_i = Var w̃ (Δ_i = θ − w̃: coefficient −1)
-            w_tilde, var = privatise(spec, k_priv, theta, w, hp, with_variance=True)
-            noise_var = sum(jnp.sum(v) for v in jax.tree_util.tree_leaves(var))
+        out = Sent(w, lambda wt: (T.sub(theta, wt), new_state, aux))  # model_upload's Δ_i
+    if isinstance(out, Sent):
+        stats, loss = out.stats, out.loss
+        if out.w is None:  # no model revealed (local_train=False): no mechanism runs such a round
+            delta, new_state, aux = out.upload(None)
+        elif alg.needs_noise_var and (spec.ldp != "none" or spec.dp != "none"):
+            w_tilde, var = privatise(spec, k_priv, theta, out.w, hp, with_variance=True)
+            delta, new_state, aux = out.upload(w_tilde)
+            noise_var = upload_noise(out.upload, w_tilde, var)
         else:
-            w_tilde = privatise(spec, k_priv, theta, w, hp)
-        delta = T.sub(theta, w_tilde)  # model_upload's Δ_i
+            delta, new_state, aux = out.upload(privatise(spec, k_priv, theta, out.w, hp))
     else:
         if local_mech:  # a raw Δ_i would leave the client past the mechanism
             raise C.error(C.raw_delta_refusal(alg, spec))
         delta, new_state, aux = C.unpack_final(alg, out, theta, state)
-    if spec.dp == "central":  # DP-FedAvg's client, as the default client's: its upload clipped to norm C
+    if spec.dp == "central":  # DP-FedAvg's client: its upload clipped to norm C (the server adds the noise)
         from .privacy import clip_global_norm
         delta = clip_global_norm(delta, hp.clip)
-    return ClientOut(delta, new_state, loss, theta_vars.get("batch_stats"), noise_var, aux)
+    if loss is None:  # l_i = f_i(θ_t), when the server uses it
+        loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size,
+                          forward_only=spec.client_map == "map") if alg.needs_loss else jnp.zeros(()))
+    return ClientOut(delta, new_state, loss, stats, noise_var, aux)
 
 
 def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key):
-    """``step`` once per local minibatch step: ``spec.epochs`` epochs of ``⌈L / B⌉`` steps over the client's
-    padded row of length ``L``, the batches and keys of :func:`~fedalf_jax.sim.client.sgd` (the same shuffle,
-    so the same minibatches as the default client); a step with no real example keeps the carry."""
+    """``step`` once per local minibatch step of :func:`~fedalf_jax.sim.client.scan_steps` (``spec.epochs``
+    epochs of ``⌈L / B⌉`` steps, or ``--local-steps K``): the batches and keys the default client's SGD
+    steps on; a step with no real example keeps the carry."""
     alg = spec.algorithm
-    b = spec.batch_size
-    length = idx.shape[0]
-    if spec.local_steps is not None:  # --local-steps K: the default client's K steps (client.step_batches)
-        batch_of = step_batches(key, n, length, b)
 
-        def k_step(carry, k):
-            pos, mask, rng = batch_of(k)
-            rows = idx[pos]
-            batch = ClientBatch(x_pool[rows], y_pool[rows], mask, k.astype(jnp.int32), rng)
-            new = C.call(alg, "client.step", step_fn, (carry, batch, ctx), {}, "carry, batch, ctx")
-            C.check_carry(alg, new, carry)
-            live = jnp.any(mask)
-            return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None
+    def body(carry, rows, mask, rng, k):
+        batch = ClientBatch(x_pool[rows], y_pool[rows], mask, jnp.asarray(k, jnp.int32), rng)
+        new = C.call(alg, "client.step", step_fn, (carry, batch, ctx), {}, "carry, batch, ctx")
+        C.check_carry(alg, new, carry)
+        return new
 
-        carry, _ = jax.lax.scan(k_step, carry, jnp.arange(spec.local_steps))
-        return carry
-    steps = steps_per_epoch(length, b)
-    padded = steps * b
-
-    def run_epoch(carry, ek):
-        ekey, e = ek
-        order, dkey = epoch_schedule(ekey, n, length, padded)  # the default client's minibatches
-
-        def step(carry, j):
-            pos, mask = epoch_batch(order, n, j, b)
-            rows = idx[pos]
-            batch = ClientBatch(x_pool[rows], y_pool[rows], mask, (e * steps + j).astype(jnp.int32),
-                                jax.random.fold_in(dkey, j))
-            new = C.call(alg, "client.step", step_fn, (carry, batch, ctx), {}, "carry, batch, ctx")
-            C.check_carry(alg, new, carry)
-            live = jnp.any(mask)
-            return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None
-
-        carry, _ = jax.lax.scan(step, carry, jnp.arange(steps))
-        return carry, None
-
-    carry, _ = jax.lax.scan(run_epoch, carry, (jax.random.split(key, spec.epochs), jnp.arange(spec.epochs)))
-    return carry
+    return scan_steps(body, carry, idx, n, key, epochs=spec.epochs, batch_size=spec.batch_size,
+                      steps=spec.local_steps)

@@ -29,9 +29,11 @@ from jax.sharding import Mesh
 from . import tree as T
 from .tree import _HI
 from . import contract as C
-from .algorithms import SERVER_INFO, SERVER_KEY, Algorithm, Batch, ClientFacts, HParams, ServerIn
+from .algorithms import SERVER_INFO, SERVER_KEY, Algorithm, HParams, ServerIn
 from .batching import each_pair_in_turn
-from .client import ClientOut, full_loss, full_loss_and_grad, local_sgd, local_steps, masked_loss, model_at
+from .client import ClientOut
+from .default_client import default_program
+from .program import privatise, program_client, upload_noise  # noqa: F401 (privatise, upload_noise: here too)
 
 
 class ClientData(NamedTuple):
@@ -143,158 +145,20 @@ def client_state_like(alg: Algorithm, params):
     return jax.eval_shape(alg.init_client_state, params)
 
 
-def privatise(spec: RoundSpec, key, theta, w, hp: HParams, *, with_variance: bool = False):
-    """w̃_i: the model the client reveals. A local mechanism perturbs the weights (``spec.ldp_on ==
-    "weights"``, the paper's reading: each weight's offset from its tensor's centre) or the update
-    (``"update"``: ``w̃ = θ + M(w − θ)``, each value's offset from its update tensor's centre, so the
-    noise scales with the update); Gaussian DP noises the clipped update. ``with_variance``: return
-    ``(w̃, var)``, the per-value noise variance of ``w̃`` the server can compute from what it receives
-    (:mod:`fedalf_jax.sim.privacy`)."""
-    if spec.ldp != "none":
-        from .privacy import mechanism
-        mech = mechanism(spec.ldp)
-        src = T.sub(w, theta) if spec.ldp_on == "update" else w
-        out = mech(key, src, hp.epsilon, with_variance=with_variance)
-        noisy, var = out if with_variance else (out, None)
-        if spec.ldp_on == "update":
-            noisy = T.add(theta, noisy)
-    elif spec.dp == "gaussian":
-        from .privacy import gaussian_dp, gaussian_sigma
-        noisy = T.add(theta, gaussian_dp(key, T.sub(w, theta), epsilon=hp.epsilon, delta=hp.delta, clip=hp.clip,
-                                         neighbouring=spec.neighbouring))
-        if with_variance:
-            s2 = jnp.square(gaussian_sigma(hp.epsilon, hp.delta, hp.clip, neighbouring=spec.neighbouring))
-            var = jax.tree_util.tree_map(lambda x: jnp.full(jnp.shape(x), s2, jnp.float32), w)
-    else:
-        noisy = w
-        var = jax.tree_util.tree_map(lambda x: jnp.zeros(jnp.shape(x), jnp.float32), w) if with_variance else None
-    return (noisy, var) if with_variance else noisy
-
-
-def upload_noise(upload, w_tilde, var):
-    """Σ over the upload's values of their noise variance: ``Δ_i`` is affine in ``w̃`` (coefficient
-    ``a`` per value, e.g. −1 for the model upload, −2 for the ADMM increment with the dual from ``w̃``),
-    so ``Var Δ_i = a² Var w̃``; ``a`` is read off a forward-mode derivative of ``upload(w̃)``."""
-    _, (tangent, *_) = jax.jvp(upload, (w_tilde,), (jax.tree_util.tree_map(jnp.ones_like, w_tilde),))
-    return sum(jnp.sum(jnp.square(a.astype(jnp.float32)) * v)
-               for a, v in zip(jax.tree_util.tree_leaves(tangent), jax.tree_util.tree_leaves(var)))
-
-
 def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y, bcast=None,
                 own=None, index=None) -> ClientOut:
-    """One client's whole contribution to round ``t`` (unbatched; the round vmaps it). ``bcast``: what the
-    algorithm's ``broadcast`` chose this round (shared by the clients). ``own``: the client's own copies of
-    the algorithm's ``client_collections`` (``{"batch_stats": ...}``), which it trains from instead of the
-    global model's. ``index``: the client's id (given to a client program, ``Algorithm.client``, alone)."""
+    """One client's whole contribution to round ``t`` (unbatched; the round vmaps it): the algorithm's client
+    program (``Algorithm.client``), or the default one its optional fields describe
+    (:func:`~fedalf_jax.sim.default_client.default_program`), run by :func:`~fedalf_jax.sim.program.program_client`.
+    ``bcast``: what the algorithm's ``broadcast`` chose this round (shared by the clients). ``own``: the
+    client's own copies of the algorithm's ``client_collections`` (``{"batch_stats": ...}``), which it trains
+    from instead of the global model's. ``index``: the client's id (``ClientFacts.index``)."""
     alg = spec.algorithm
-    if alg.client is not None:  # the client program (fedalf_jax/sim/program.py); the default client below
-        from .program import program_client
-        return program_client(spec, theta_vars, dual, idx, n, key, hp, t, x, y, bcast, index, privatise)
-    if own:
-        theta_vars = {**theta_vars, **own}
-    theta = theta_vars["params"]
-    stats0 = theta_vars.get("batch_stats")
-    if not alg.local_train:
-        loss, grad = full_loss_and_grad(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size)
-        return ClientOut(grad, dual, loss, stats0, jnp.zeros((), jnp.float32))
-    lr_t = hp.lr * hp.lr_decay ** t
-    k_train, k_priv = jax.random.split(key)
-    loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size,
-                      forward_only=spec.client_map == "map") if alg.needs_loss else jnp.zeros(()))
-    facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size, spec.local_steps))
-    kw = alg.client_kwargs(alg.upload, bcast, facts)
-    if alg.broadcast is not None and not any(
-            f is not None and "broadcast" in alg.client_kwargs(f, bcast, facts)
-            for f in (alg.upload, alg.penalty, alg.local_loss, alg.local_start, alg.local_optimizer)):
-        raise C.error(f"algorithm {alg.name!r} has a broadcast, but none of its client functions (upload, penalty, "
-                      f"local_loss, ...) has a parameter named broadcast to receive it; add one (docs/extending.md)")
-    penalty = client_fn(alg, "penalty", alg.penalty, theta, dual, hp, bcast, facts)
-    C.check_penalty(alg, penalty, theta)
-    local_loss = client_fn(alg, "local_loss", alg.local_loss, theta, dual, hp, bcast, facts)
-    C.check_callable(alg, "local_loss", local_loss)
-    local_loss = C.checked_loss(alg, "local_loss", local_loss)  # a real scalar, or one line naming it
-    opt = None
-    if alg.local_optimizer is not None:
-        opt = C.call(alg, "local_optimizer", alg.local_optimizer, (lr_t,),
-                     alg.client_kwargs(alg.local_optimizer, bcast, facts, hp=hp), "lr_t[, hp=, facts=, broadcast=]")
-        opt = C.check_optimizer(alg, opt)
-    start_vars = theta_vars
-    if alg.local_start is not None:  # local training from a point the algorithm derives (default θ)
-        start = client_fn(alg, "local_start", alg.local_start, theta, dual, hp, bcast, facts)
-        start_vars = {**theta_vars, "params": C.check_params(alg, "local_start", start, theta)}
-    personal = (personal_task(spec, theta_vars, dual, hp, bcast, facts) if alg.personal is not None else None)
-    out = local_sgd(spec.model, start_vars, x, y, idx, n, k_train, lr_t, epochs=spec.epochs,
-                    batch_size=spec.batch_size, penalty=penalty, optimizer=opt, local_loss=local_loss,
-                    personal=personal, steps=spec.local_steps)
-    if alg.personal is not None:  # the second local model v_i, trained beside w_i over the same minibatches
-        w_vars, kw["personal"] = out
+    if alg.client is not None:
+        program = lambda ctx: alg.client  # noqa: E731
     else:
-        w_vars = out
-    w = w_vars["params"]
-    expected = "theta, w, w_tilde, state, hp, lr_t[, broadcast=, facts=, personal=]"
-    noise_var = jnp.zeros((), jnp.float32)
-    if alg.needs_noise_var and (spec.ldp != "none" or spec.dp != "none"):
-        w_tilde, var = privatise(spec, k_priv, theta, w, hp, with_variance=True)
-        up = lambda wt: C.unpack_upload(  # noqa: E731
-            alg, C.call(alg, "upload", alg.upload, (theta, w, wt, dual, hp, lr_t), kw, expected), theta, dual)
-        delta, new_dual, aux = up(w_tilde)
-        noise_var = upload_noise(up, w_tilde, var)
-    else:
-        w_tilde = privatise(spec, k_priv, theta, w, hp)
-        delta, new_dual, aux = C.unpack_upload(
-            alg, C.call(alg, "upload", alg.upload, (theta, w, w_tilde, dual, hp, lr_t), kw, expected), theta, dual)
-    if spec.dp == "central":  # DP-FedAvg's client: its upload clipped to norm C (the server adds the noise)
-        from .privacy import clip_global_norm
-        delta = clip_global_norm(delta, hp.clip)
-    return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, aux)
-
-
-def client_fn(alg: Algorithm, name: str, fn, theta, state, hp: HParams, bcast, facts):
-    """``fn(theta, state, hp[, broadcast=, facts=])`` (``penalty``, ``local_loss``, ``local_start``,
-    ``personal.start``, ...) with its signature checked; ``None`` when the algorithm has no ``fn``."""
-    if fn is None:
-        return None
-    return C.call(alg, name, fn, (theta, state, hp), alg.client_kwargs(fn, bcast, facts),
-                  "theta, state, hp[, broadcast=, facts=]")
-
-
-def personal_task(spec: RoundSpec, theta_vars, state, hp: HParams, bcast, facts):
-    """``(v0, loss_v)``: the client's second local model (``Algorithm.personal``) for :func:`local_sgd`, which
-    trains it step by step beside ``w_i`` over the same minibatches, with the same learning rate and its own
-    copy of the optimiser: from ``personal.start`` on ``f_i(v) + personal.penalty(v)``, or on
-    ``personal.local_loss`` (which may train any pytree, and sees ``w`` at the same step as ``batch.w``).
-    Its batch statistics are not kept (the global model's serve its evaluation). ``v_i`` stays on the
-    client: ``upload`` only stores it."""
-    alg = spec.algorithm
-    theta = theta_vars["params"]
-    p = alg.personal
-    if not _takes_personal(alg.upload):
-        raise C.error(f"algorithm {alg.name!r} has a personal model, but its upload has no parameter named personal "
-                      f"to receive (and keep) it; add one (docs/extending.md)")
-    v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)
-    if p.local_loss is None:
-        v0 = C.check_params(alg, "personal.start", v0, theta)
-    else:
-        C.check_arrays(f"algorithm {alg.name!r}: personal.start", "the personal params", v0)
-    pen = client_fn(alg, "personal.penalty", p.penalty, theta, state, hp, bcast, facts)
-    C.check_penalty(alg, pen, v0 if p.local_loss is not None else theta, "personal.penalty")
-    ploss = client_fn(alg, "personal.local_loss", p.local_loss, theta, state, hp, bcast, facts)
-    C.check_callable(alg, "personal.local_loss", ploss)
-    ploss = C.checked_loss(alg, "personal.local_loss", ploss)
-    model = spec.model
-
-    def loss_v(v, w, stats, xb, yb, mask, rng, step):
-        if ploss is None:
-            loss, _ = masked_loss(model, v, stats, xb, yb, mask, train=True, rng=rng)
-        else:
-            loss = ploss(v, Batch(xb, yb, mask, None, None, step, model_at(model, stats, xb), w))
-        return loss if pen is None else loss + pen(v)
-    return v0, loss_v
-
-
-def _takes_personal(fn) -> bool:
-    from .algorithms import _takes
-    return _takes(fn, "personal")
+        program = functools.partial(default_program, spec, data=(x, y, idx, n))
+    return program_client(spec, theta_vars, dual, idx, n, key, hp, t, x, y, bcast, index, program, own=own)
 
 
 def sample_clients(spec: RoundSpec, key):
@@ -436,8 +300,8 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
 
     def one(pc, sh):
         variables, hp_, t, x, y, bcast = sh
-        dual, idx_, n_, key, own_, *index = pc  # index: the client ids, for a client program alone
-        return client_step(spec, variables, dual, idx_, n_, key, hp_, t, x, y, bcast, own_, *index)
+        dual, idx_, n_, key, own_, index = pc
+        return client_step(spec, variables, dual, idx_, n_, key, hp_, t, x, y, bcast, own_, index)
 
     def local(per_client, shared):
         if spec.client_map == "map":
@@ -449,9 +313,8 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
 
     bcast = (C.call(alg, "broadcast", alg.broadcast, (state.sstate,), {}, "server_state")  # once, shared
              if alg.broadcast is not None else None)
-    per_client, shared = (duals, idx, n, ckeys, own), (state.variables, hp, state.round, data.x, data.y, bcast)
-    if alg.client is not None:  # a client program knows its index (ClientFacts.index)
-        per_client = per_client + (sel,)
+    per_client = (duals, idx, n, ckeys, own, sel)  # sel: each client's index (ClientFacts.index)
+    shared = (state.variables, hp, state.round, data.x, data.y, bcast)
     if spec.client_devices > 1:
         # Inside a shard_map over the mesh axis "clients" (the run loop wraps the whole chunk in one):
         # every device holds the whole (replicated) state, runs its m/D clients, and all-gathers the
