@@ -135,15 +135,15 @@ mutate fedalf_jax/experiment/identity.py '        return d.get(k, defaults.get(k
   "gpu: a run from before a new option cannot resume" "$T -k new_option"
 # issue #15: where the noise goes, the noise-aware server, the private defaults (labels "private")
 PF=tests/test_private_fedalf.py
-mutate fedalf_jax/sim/round.py 'src = T.sub(w, theta) if spec.ldp_on == "update" else w' 'src = w' \
+mutate fedalf_jax/sim/program.py 'src = T.sub(w, theta) if spec.ldp_on == "update" else w' 'src = w' \
   "private: --ldp-on update perturbs the weights" "$PF -k ldp_on_perturbs"
 mutate fedalf_jax/sim/fairness.py 'jnp.sum(R[:, :m, :m]) - noise_sq' 'jnp.sum(R[:, :m, :m])' \
   "private: the denoised length keeps the noise" "$PF -k denoised_fair_norm"
-mutate fedalf_jax/sim/round.py 'jnp.sum(jnp.square(a.astype(jnp.float32)) * v)' 'jnp.sum(jnp.abs(a.astype(jnp.float32)) * v)' \
+mutate fedalf_jax/sim/program.py 'jnp.sum(jnp.square(a.astype(jnp.float32)) * v)' 'jnp.sum(jnp.abs(a.astype(jnp.float32)) * v)' \
   "private: the upload's coefficient not squared" "$PF -k coefficient_squared"
 mutate fedalf_jax/sim/privacy.py 'return (k * k - 1.0) * jnp.square((noisy - c) / k)' 'return (k * k - 1.0) * jnp.square(noisy - c)' \
   "private: adaptive variance from |w̃ − c| without 1/k" "$PF -k exact_variance"
-mutate fedalf_jax/sim/round.py '        noise_var = upload_noise(up, w_tilde, var)' '        pass' \
+mutate fedalf_jax/sim/program.py '            noise_var = upload_noise(out.upload, w_tilde, var)' '            pass' \
   "private: the clients' noise variance never reaches the server" "$PF -k round_carries"
 mutate fedalf_jax/sim/algorithms.py 'noise = jnp.sum(s.noise_var) if fair_norm == "denoised"' 'noise = jnp.sum(s.noise_var) if fair_norm == "raw"' \
   "private: the fair server ignores --fair-norm denoised" "$PF -k round_carries"
@@ -168,7 +168,7 @@ mutate fedalf_jax/api.py '                  rd.path if rd else None, rd.summary(
 CD=tests/test_central_dp.py
 mutate fedalf_jax/sim/round.py '        weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0], jnp.float32)' '        pass' \
   "central: clients weighted by n_i under central DP" "$CD -k uniformly"
-mutate fedalf_jax/sim/round.py '        delta = clip_global_norm(delta, hp.clip)' '        pass' \
+mutate fedalf_jax/sim/program.py '        delta = clip_global_norm(delta, hp.clip)' '        pass' \
   "central: uploads not clipped" "$CD -k uniformly"
 mutate fedalf_jax/sim/round.py '    sigma = hp.noise_multiplier * spec.central_sensitivity * server_lr_t * hp.clip' \
   '    sigma = hp.noise_multiplier * spec.central_sensitivity * hp.clip' "central: the noise ignores η_g" "$CD -k calibrated_std"
@@ -384,8 +384,8 @@ mutate fedalf_jax/api.py '               for cs in (distinct(configs)[0], config
 K=tests/test_contract.py
 mutate fedalf_jax/sim/round.py 'bcast = (C.call(alg, "broadcast", alg.broadcast, (state.sstate,), {}, "server_state")' 'bcast = (C.call(alg, "broadcast", alg.broadcast, (jax.tree_util.tree_map(jnp.zeros_like, state.sstate),), {}, "server_state")' \
   "contract: the clients receive the initial server state's broadcast every round (item 1)" "$K -k broadcast"
-mutate fedalf_jax/sim/round.py 'return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, aux)' \
-  'return ClientOut(delta, new_dual, loss, w_vars.get("batch_stats"), noise_var, jax.tree_util.tree_map(jnp.zeros_like, aux))' \
+mutate fedalf_jax/sim/program.py 'return ClientOut(delta, new_state, loss, stats, noise_var, aux)' \
+  'return ClientOut(delta, new_state, loss, stats, noise_var, jax.tree_util.tree_map(jnp.zeros_like, aux))' \
   "contract: the auxiliary uploads reach the server as zeros (item 2)" "$K -k scaffold_example"
 mutate fedalf_jax/experiment/guarantee.py '        if alg is not None and alg.public_aux is False:' '        if False:' \
   "contract: the privacy record is silent on a non-public aux (item 2)" "$K -k privacy_record"
@@ -465,22 +465,22 @@ mutate fedalf_jax/sim/train.py '            return jax.tree_util.tree_map(lambda
   "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
 mutate fedalf_jax/experiment/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])' '            at0 = at0' \
   "personal: round 0 evaluates the client states after the first chunk" "$PT -k ditto_example"
-mutate fedalf_jax/sim/round.py '    pen = client_fn(alg, "personal.penalty", p.penalty, theta, state, hp, bcast, facts)' \
+mutate fedalf_jax/sim/default_client.py '    pen = client_fn(alg, "personal.penalty", p.penalty, theta, state, hp, bcast, facts)' \
   '    pen = None' "personal: v_i trained without its penalty" "$PT -k ditto_example"
-mutate fedalf_jax/sim/round.py '    v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)' '    v0 = client_fn(alg, "personal.start", p.start, theta, theta, hp, bcast, facts)' \
+mutate fedalf_jax/sim/default_client.py '    v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)' '    v0 = client_fn(alg, "personal.start", p.start, theta, theta, hp, bcast, facts)' \
   "personal: v_i trained from θ, not its start" \
   "$PT -k ditto_example"
 mutate fedalf_jax/experiment/rundir.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
   '    return [*alg.metrics, *avg]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
 mutate fedalf_jax/reporting/tables.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
   "personal: the report leaves out the personalised models" "$PT -k ditto_example"
-mutate fedalf_jax/sim/round.py '        opt = C.check_optimizer(alg, opt)' '        opt = None' \
+mutate fedalf_jax/sim/default_client.py '        opt = C.check_optimizer(alg, opt)' '        opt = None' \
   "personal: the local optimiser ignored" "$PT -k local_optimizer"
-mutate fedalf_jax/sim/client.py '        opt = [jax.tree_util.tree_map(lambda o, q: jnp.where(live, q, o), opt[0], tuple(new_opt))]' '        opt = [tuple(new_opt)]' \
+mutate fedalf_jax/sim/client.py '        return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new)' '        return new' \
   "personal: a step past the client's examples moves the optimiser state" \
   "$PT -k local_optimizer"
-mutate fedalf_jax/sim/round.py '        start_vars = {**theta_vars, "params": C.check_params(alg, "local_start", start, theta)}' \
-  '        start_vars = theta_vars' "personal: local training from θ whatever local_start says" "$PT -k local_start"
+mutate fedalf_jax/sim/default_client.py '        w0 = C.check_params(alg, "local_start", start, theta)' \
+  '        w0 = theta' "personal: local training from θ whatever local_start says" "$PT -k local_start"
 mutate fedalf_jax/experiment/build.py '    return _with_optimizer(alg, cfg.local_optimizer)' '    return alg' \
   "personal: --local-optimizer ignored" "$PT -k local_optimizer_option"
 mutate fedalf_jax/experiment/config.py '        if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)' \
@@ -522,7 +522,7 @@ mutate fedalf_jax/bench/timing.py '        medians()
 mutate fedalf_jax/sim/algorithms.py $'            hist = T.put(hist, s.sel, s.deltas)\n            d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, history_gram=gram, **kw)\n            sstate = (hist,' \
   $'            new = T.put(hist, s.sel, s.deltas)\n            d, info = fair_direction(s.deltas, s.losses, history=hist, history_mask=mask, history_gram=gram, **kw)\n            sstate = (new,' \
   "fwdpass: the history rows written after the QPs read them (copied)" "tests/test_speed.py -k in_place"
-mutate fedalf_jax/sim/round.py 'forward_only=spec.client_map == "map")' 'forward_only=False)' \
+mutate fedalf_jax/sim/program.py 'forward_only=spec.client_map == "map")' 'forward_only=False)' \
   "fwdpass: the clients' losses with the training module" "tests/test_speed.py -k forward_module"
 mutate fedalf_jax/sim/train.py 'chunk = spec.batch_size if spec.client_map == "map" else None' 'chunk = None' \
   "fwdpass: the CPU's evaluation ten clients' whole splits per pass" "tests/test_speed.py tests/test_gpu_shape.py"
@@ -610,7 +610,7 @@ mutate fedalf_jax/experiment/guarantee.py "        if user.public_aux:  # its" "
   "priv36: public_aux's declaration not named" "$PD -k declarations"
 mutate fedalf_jax/experiment/guarantee.py "    if cfg.model not in MODELS and spec.model.has_batch_stats:" "    if False:" \
   "priv36: a user's model with batch statistics accepted" "$PD -k batch"
-mutate fedalf_jax/sim/round.py "        w_tilde = privatise(spec, k_priv, theta, w, hp)" "        w_tilde = w" \
+mutate fedalf_jax/sim/program.py "out.upload(privatise(spec, k_priv, theta, out.w, hp))" "out.upload(out.w)" \
   "priv36: upload given w, not the mechanism's output" "$PD -k perturbed"
 # issue 36 item 2: the user code's digest covers its folder and its globals (label "digest36"), tests/test_digest.py
 DG=tests/test_digest.py; CD=fedalf_jax/experiment/code_digest.py
@@ -654,13 +654,13 @@ mutate fedalf_jax/sim/client.py $'    if local_loss is not None:\n        from .
   $'    if False:\n        from .algorithms import Batch' "contract37: local_loss never called" "$CB -k propfair"
 mutate fedalf_jax/problem/models.py "        return out[0], out[1]" "        return out[0], out[0]" \
   "contract37: the logits passed as the features" "$CB -k features"
-mutate fedalf_jax/sim/round.py "alg.client_kwargs(alg.local_optimizer, bcast, facts, hp=hp)" \
+mutate fedalf_jax/sim/default_client.py "alg.client_kwargs(alg.local_optimizer, bcast, facts, hp=hp)" \
   "alg.client_kwargs(alg.local_optimizer, bcast, facts)" "contract37: local_optimizer without hp" "$CB -k local_optimizer"
 mutate fedalf_jax/sim/contract.py "        sig.bind(*args, **kw)" "        pass" \
   "contract37: a signature that does not fit goes unchecked" "$CB -k penalty_batch"
 mutate fedalf_jax/experiment/rundir.py "        if _without_seen(like, leaves, want):" "        if False:" \
   "contract37: a checkpoint from before the seen clients refused" "$CB -k before_the_seen"
-mutate fedalf_jax/sim/client.py "                                   e * steps + j)" "                                   j)" \
+mutate fedalf_jax/sim/client.py "jax.random.fold_in(dkey, j), e * per_epoch + j), None" "jax.random.fold_in(dkey, j), j), None" \
   "contract37: the step index restarts every epoch" "$CB -k step_index"
 
 # issue 38: a process reuses the programs it compiled, and only for the same program (label "cache38")
@@ -742,22 +742,21 @@ mutate fedalf_jax/experiment/registry.py '        if kind == "dataset":' '      
 
 # issue 48 item 1 (the client program) and item 8 (FedLC, pFedMe, FedProto) (labels start with "client48")
 CP=tests/test_client_program.py
-EPOCH=$'\n\n        carry, _ = jax.lax.scan(step, carry, jnp.arange(steps))'  # the epoch loop's step, not --local-steps
-mutate fedalf_jax/sim/program.py "return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None$EPOCH" \
-  "return carry, None$EPOCH" "client48: the carry step returns is not threaded to the next step" "$CP -k bit_for_bit"
-mutate fedalf_jax/sim/program.py "lambda a, c: jnp.where(live, c, a), carry, new), None$EPOCH" "lambda a, c: c, carry, new), None$EPOCH" \
+mutate fedalf_jax/sim/program.py $'        C.check_carry(alg, new, carry)\n        return new' \
+  $'        C.check_carry(alg, new, carry)\n        return carry' "client48: the carry step returns is not threaded to the next step" "$CP -k bit_for_bit"
+mutate fedalf_jax/sim/client.py '        return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new)' '        return new' \
   "client48: a compiled step past the client's examples changes the carry" "$CP -k context"
 mutate fedalf_jax/sim/program.py ".at[y_pool[idx]].add(real)" ".at[y_pool[idx]].add(1)" \
   "client48: label counts count the padded rows" "$CP -k context"
-mutate fedalf_jax/sim/round.py "        per_client = per_client + (sel,)" "        per_client = per_client + (jnp.arange(m),)" \
+mutate fedalf_jax/sim/round.py "    per_client = (duals, idx, n, ckeys, own, sel)" "    per_client = (duals, idx, n, ckeys, own, jnp.arange(m))" \
   "client48: a client's index is its position in the round, not its id" "$CP -k context"
 mutate fedalf_jax/sim/program.py "    lr_t = hp.lr * hp.lr_decay ** t" "    lr_t = hp.lr" \
   "client48: ctx.lr ignores --lr-decay" "$CP -k fedlc"
 mutate fedalf_jax/sim/program.py "(acc, ClientBatch(self._x[r], self._y[r], m, s))" \
   "(acc, ClientBatch(self._x[r], self._y[r], m | True, s))" \
   "client48: the data pass marks padded rows as real" "$CP -k data_pass"
-mutate fedalf_jax/sim/program.py $'            C.check_carry(alg, new, carry)\n            live = jnp.any(mask)\n            return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None\n\n        carry, _ = jax.lax.scan(step,' \
-  $'            live = jnp.any(mask)\n            return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new), None\n\n        carry, _ = jax.lax.scan(step,' \
+mutate fedalf_jax/sim/program.py $'        C.check_carry(alg, new, carry)\n        return new' \
+  $'        return new' \
   "client48: step's carry unchecked (a JAX traceback)" "$CP -k mistake"
 mutate fedalf_jax/sim/contract.py $'    check_arrays(fn, "Δ_i", delta)\n    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' \
   '    check_arrays(fn, "Δ_i", delta)' "client48: final's Δ_i unchecked (a JAX traceback)" "$CP -k mistake"
@@ -834,11 +833,11 @@ mutate fedalf_jax/sim/contract.py "        except Exception as e:  # noqa: BLE00
   "        except ZeroDivisionError as e:  # noqa: BLE001" "trust47-qp: a loss function that raises is a traceback" "$TQ -k breaks_the_contract"
 mutate fedalf_jax/sim/contract.py '            elif "features" in read:' "            elif False:" \
   "trust47-qp: None batch.features not named" "$TQ -k breaks_the_contract"
-mutate fedalf_jax/sim/round.py 'local_loss = C.checked_loss(alg, "local_loss", local_loss)' "local_loss = local_loss" \
+mutate fedalf_jax/sim/default_client.py 'local_loss = C.checked_loss(alg, "local_loss", local_loss)' "local_loss = local_loss" \
   "trust47-qp: local_loss's function unchecked" "$TQ -k breaks_the_contract"
-mutate fedalf_jax/sim/round.py 'ploss = C.checked_loss(alg, "personal.local_loss", ploss)' "ploss = ploss" \
+mutate fedalf_jax/sim/default_client.py 'ploss = C.checked_loss(alg, "personal.local_loss", ploss)' "ploss = ploss" \
   "trust47-qp: personal.local_loss's function unchecked" "$TQ -k breaks_the_contract"
-mutate fedalf_jax/sim/round.py "opt = C.check_optimizer(alg, opt)" "opt = opt" "trust47-qp: local_optimizer's result unchecked" \
+mutate fedalf_jax/sim/default_client.py "opt = C.check_optimizer(alg, opt)" "opt = opt" "trust47-qp: local_optimizer's result unchecked" \
   "$TQ -k breaks_the_contract"
 
 # issue 49 item 7: --help groups the options and says the server step's and epsilon's defaults (label "help49")
@@ -929,13 +928,13 @@ LS=tests/test_local_steps_and_average.py
 mutate fedalf_jax/sim/client.py '    per = jnp.maximum(jnp.asarray(n, jnp.int32) // batch_size, 1)' \
   '    per = jnp.maximum((jnp.asarray(n, jnp.int32) + batch_size - 1) // batch_size, 1)' \
   "steps48: a pass's partial last batch is a step (not B examples a step)" "$LS -k hand_computation"
-mutate fedalf_jax/sim/round.py '                    personal=personal, steps=spec.local_steps)' '                    personal=personal, steps=None)' \
+mutate fedalf_jax/sim/program.py '                      steps=spec.local_steps)' '                      steps=None)' \
   "steps48: the default client trains epochs whatever --local-steps" "$LS -k facts"
-mutate fedalf_jax/sim/round.py 'local_steps(n, spec.epochs, spec.batch_size, spec.local_steps))' 'local_steps(n, spec.epochs, spec.batch_size))' \
+mutate fedalf_jax/sim/program.py 'local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),' 'local_steps(n, spec.epochs, spec.batch_size),' \
   "steps48: the default client's facts.steps counts epochs' steps" "$LS -k facts"
 mutate fedalf_jax/sim/program.py 'local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),' 'local_steps(n, spec.epochs, spec.batch_size),' \
   "steps48: a client program's ctx.facts.steps counts epochs' steps" "$LS -k facts"
-mutate fedalf_jax/sim/program.py '    if spec.local_steps is not None:  # --local-steps K' '    if False:  # --local-steps K' \
+mutate fedalf_jax/sim/program.py '                      steps=spec.local_steps)' '                      steps=None)' \
   "steps48: a client program's step runs epochs whatever --local-steps" "$LS -k facts"
 mutate fedalf_jax/experiment/build.py 'local_steps=cfg.local_steps,' 'local_steps=None,' \
   "steps48: the run's spec ignores --local-steps" "$LS -k facts"
@@ -1030,15 +1029,15 @@ mutate examples/perfedavg.py 'server=fj.algorithms.mean_server,' 'server=fj.algo
 
 # issue 48 item 2 (a client program under a privacy mechanism: fj.Reveal) and item 8 (SCAFFOLD option I) (labels "priv48")
 CPP=tests/test_client_program_privacy.py
-mutate fedalf_jax/sim/program.py "            w_tilde = privatise(spec, k_priv, theta, w, hp)" "            w_tilde = w" \
+mutate fedalf_jax/sim/program.py "out.upload(privatise(spec, k_priv, theta, out.w, hp))" "out.upload(out.w)" \
   "priv48: a Reveal's w uploaded un-noised under --ldp/--dp" "$CPP -k bit_for_bit"
 mutate fedalf_jax/sim/program.py "    k_train, k_priv = jax.random.split(key)" "    k_priv, k_train = jax.random.split(key)" \
   "priv48: a Reveal noised with another key than the default client's (not FedAvg's run)" "$CPP -k bit_for_bit"
-mutate fedalf_jax/sim/program.py "            noise_var = sum(jnp.sum(v) for v in jax.tree_util.tree_leaves(var))" "            pass" \
+mutate fedalf_jax/sim/program.py '            noise_var = upload_noise(out.upload, w_tilde, var)' '            pass' \
   "priv48: a Reveal gives the server no noise variance (needs_noise_var)" "$CPP -k noise_variance"
 mutate fedalf_jax/sim/program.py "        if local_mech:  # a raw Δ_i would leave the client past the mechanism" "        if False:" \
   "priv48: a raw Δ_i runs un-noised under --ldp/--dp gaussian" "$CPP -k one_line"
-mutate fedalf_jax/sim/program.py $'    if spec.dp == "central":  # DP-FedAvg\'s client, as the default client\'s' \
+mutate fedalf_jax/sim/program.py $'    if spec.dp == "central":  # DP-FedAvg\'s client: its upload clipped' \
   '    if False:  # no clip' "priv48: a program's Δ_i unclipped under --dp central" "$CPP -k central_dp"
 mutate fedalf_jax/experiment/guarantee.py "        if not user.private_upload and user.client is None:" "        if not user.private_upload:" \
   "priv48: a Reveal's record needs a private_upload declaration (does not hold)" "$CPP -k record"
@@ -1069,4 +1068,13 @@ mutate docs/extending.md '      return optax.apply_updates(w, updates), s' '    
 mutate fedalf_jax/sim/contract.py "        if k not in alg.metrics:" "        if False:" \
   "contract: an undeclared client metric in aux accepted" "tests/test_contract.py -k contract_mistake"
 
+# issue 48 item 1's rest: the default client is a client program (fedalf_jax/sim/default_client.py), run by the
+# same code as a user's; its functions' facts= has the label counts and index (labels start with "default48")
+DP=tests/test_default_program.py
+mutate fedalf_jax/sim/program.py '                        label_counts(y, idx, n, spec.model.num_classes),' '                        None,' \
+  "default48: the default client's facts have no label counts" "$DP -k facts"
+mutate fedalf_jax/sim/round.py "    per_client = (duals, idx, n, ckeys, own, sel)" "    per_client = (duals, idx, n, ckeys, own, jnp.arange(m))" \
+  "default48: the default client's facts.index is its position in the round" "$DP -k facts"
+mutate fedalf_jax/sim/default_client.py '    return ClientProgram(init, step, final)' '    return ClientProgram(init, None, final)' \
+  "default48: the default client takes no step" "$DP -k is_a_client_program"
 exit $status
