@@ -3,6 +3,7 @@ with no compilation cache: the same hashes from two trees mean bit-equal runs (i
 changed nothing in the built-in programs). Run from the tree whose fedalf_jax is measured:
 
     cd TREE && PYTHONPATH=. python experiments/probes/builtin_hashes.py [CASE ...]
+    cd TREE && PYTHONPATH=. python experiments/probes/builtin_hashes.py --extra   # issue 48's default-client cases
 """
 import hashlib, sys, os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -29,6 +30,28 @@ cases = {
   "ditto": dict(algorithm="examples.ditto:ditto", model="mlp"),
   "scaffold": dict(algorithm="examples.scaffold:scaffold", model="mlp"),
 }
+# issue 48: every optional field of the default client, and each way a privacy mechanism meets it (run with
+# `--extra`, or name them): the default client re-expressed as a client program must give these bits too
+extra = {
+  "fedlf_fullgrad": dict(algorithm="fedlf", model="mlp", client_grad="full"),
+  "fedavg_steps": dict(algorithm="fedavg", model="mlp", local_steps=3),
+  "fedavg_gauss": dict(algorithm="fedavg", model="mlp", dp="gaussian", epsilon=8.0, delta=1e-5),
+  "fedavg_central": dict(algorithm="fedavg", model="mlp", dp="central", epsilon=8.0, delta=1e-5),
+  "fedlf_ldp_denoised": dict(algorithm="fedlf", model="mlp", client_grad="local", ldp="adaptive", epsilon=2.0),
+  "fedlf_local": dict(algorithm="fedlf", model="mlp", client_grad="local"),
+  "moon": dict(algorithm="examples.moon:moon", model="examples.moon:model"),
+  "apfl": dict(algorithm="examples.apfl:apfl", model="mlp"),
+  "fedper": dict(algorithm="examples.fedper:fedper", model="mlp"),
+  "fedrep": dict(algorithm="examples.fedrep:fedrep", model="mlp"),
+  "fedbn": dict(algorithm="examples.fedbn:fedbn", model="cnn_bn", synthetic_like="cifar10", rounds=2),
+  "fedgkd": dict(algorithm="examples.fedgkd:fedgkd", model="mlp"),
+  "fedproto": dict(algorithm="examples.fedproto:fedproto", model="examples.moon:model"),
+}
+if "--extra" in sys.argv:
+    sys.argv.remove("--extra")
+    cases = extra
+else:
+    cases.update({k: v for k, v in extra.items() if k in sys.argv[1:]})
 only = sys.argv[1:]
 for name, kw in cases.items():
     if only and name not in only: continue
