@@ -39,7 +39,7 @@ def test_every_option_has_a_description_with_its_default(command):
 
 def test_every_config_option_has_its_own_help_entry():
     missing = [f.name for f in dataclasses.fields(Config) if f.name not in cli._HELP]
-    assert not missing, f"add these options to cli._HELP: {missing}"
+    assert not missing, f"add these options to _HELP in fedalf_jax/cli_options.py: {missing}"
 
 
 def test_help_shows_the_defaults_readably(capsys):

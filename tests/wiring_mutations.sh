@@ -90,7 +90,7 @@ mutate fedalf_jax/experiment/identity.py 'return sorted(k for k in set(a) | set(
   'return []' "trust: a checkpoint's identity is not compared" "$T -k edited_since"
 mutate fedalf_jax/experiment/rundir.py "if not resume and self.holds_run():" "if False:" \
   "trust: a new run overwrites a finished one" "$T -k holds_one"
-mutate fedalf_jax/cli.py 'base.pop("out", None)' 'pass' "trust: --config inherits out" "$T -k never_inherits"
+mutate fedalf_jax/cli_options.py 'base.pop("out", None)' 'pass' "trust: --config inherits out" "$T -k never_inherits"
 mutate fedalf_jax/cli.py "cfg = cfg.replace(out=default_out(cfg))" "pass" "trust: a run without --out saves nothing" \
   "$T -k never_inherits"
 mutate fedalf_jax/experiment/rundir.py "fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)" "pass" \
@@ -321,7 +321,7 @@ mutate fedalf_jax/experiment/config.py $'                d[f"{kind}_code"] = reg
   "identity: user code's digest not recorded (item 5)" "$ID -k changed_user_code"
 mutate fedalf_jax/experiment/identity.py '    elif "uncheckable" in (old, new):' '    elif False:' \
   "identity: uncheckable user code refused instead of said (item 5)" "$ID -k cannot_be_checked"
-mutate fedalf_jax/cli.py '            changed = [k for k in identity_diff(old.identity(), want.identity()) if k in options]' \
+mutate fedalf_jax/cli_options.py '            changed = [k for k in identity_diff(old.identity(), want.identity()) if k in options]' \
   '            changed = [k for k in options if k not in C.BOOKKEEPING and want.to_dict()[k] != old.to_dict()[k]]' \
   "identity: run --resume compares raw options, not resolved values (item 6)" "$ID -k run_resume_accepts"
 mutate fedalf_jax/cli.py '            if all(sorted(map(_resolved, cs)) != sorted(map(_resolved, there))' \
@@ -351,10 +351,10 @@ mutate fedalf_jax/api.py '        S.remove_sweep(root)' '        pass' "api: fj.
 mutate README.md 'print(sw.table)  ' 'sw.table  ' "api: the README's API block prints no table (item 11)" "$A -k readme"
 mutate fedalf_jax/api.py 'Without ``out`` nothing is kept on disk' 'Without ``out`` the run is kept' \
   "api: fj.run's docstring silent on what it keeps (item 11)" "$A -k readme"
-mutate fedalf_jax/cli.py '"(default: local)",' '"",' "api: --dual-from shows (default: none) (item 11)" "$A -k help_shows"
+mutate fedalf_jax/cli_options.py '"(default: local)",' '"",' "api: --dual-from shows (default: none) (item 11)" "$A -k help_shows"
 mutate fedalf_jax/cli.py '        return name.replace(":", "_").replace("/", "_")' '        return name.replace("/", "_")' \
   "api: the default --out of module:attribute holds a colon (item 11)" "$A -k default_out"
-mutate fedalf_jax/cli.py '    p.add_argument("--version", action=_Version,' '    p.add_argument("--vers", action=_Version,' \
+mutate fedalf_jax/cli_options.py '    p.add_argument("--version", action=_Version,' '    p.add_argument("--vers", action=_Version,' \
   "api: no fedalf --version (item 11)" "$A -k version"
 mutate notebooks/fedalf_round.ipynb "project's active-set solver (Wolfe's" "jaxopt's BoxOSQP solver (Wolfe's" \
   "api: the round notebook names another QP solver than it runs (item 11)" "$A -k notebook_describes"
@@ -451,7 +451,7 @@ mutate fedalf_jax/api.py '            opts = flat_options(r.config.to_dict())' '
   "ownhp: the sweep table's own hyper-parameter columns empty" "$OH -k one_program"
 mutate fedalf_jax/reporting/runs.py "[f\"{k.partition('.')[2] if k.startswith(('hp.', 'arg.')) else k}={_fmt_value(v)}\"" \
   '[f"{k}={_fmt_value(v)}"' "ownhp: the report labels an own hyper-parameter hp.NAME" "$OH -k one_program"
-mutate fedalf_jax/cli.py '            hp = {**saved.get("hp", {}), **base.get("hp", {}), **given.get("hp", {})}' \
+mutate fedalf_jax/cli_options.py '            hp = {**saved.get("hp", {}), **base.get("hp", {}), **given.get("hp", {})}' \
   '            hp = {**base.get("hp", {}), **given.get("hp", {})}' \
   "ownhp: run --resume --hp a=1 resets the run's other own values to their defaults" "$OH -k cli_sets"
 mutate examples/fedadam.py 'vv - (1.0 - b2) * dd * dd * jnp.sign(vv - dd * dd)' 'vv + (1.0 - b2) * dd * dd * jnp.sign(vv - dd * dd)' \
@@ -841,7 +841,7 @@ mutate fedalf_jax/sim/default_client.py "opt = C.check_optimizer(alg, opt)" "opt
   "$TQ -k breaks_the_contract"
 
 # issue 49 item 7: --help groups the options and says the server step's and epsilon's defaults (label "help49")
-mutate fedalf_jax/cli.py "        p = group_of.get(f.name, group_of[None])" "        pass" \
+mutate fedalf_jax/cli_options.py "        p = group_of.get(f.name, group_of[None])" "        pass" \
   "help49: the options in one list again" "tests/test_help.py -k grouped"
 # end help49
 
@@ -940,7 +940,7 @@ mutate fedalf_jax/experiment/build.py 'local_steps=cfg.local_steps,' 'local_step
   "steps48: the run's spec ignores --local-steps" "$LS -k facts"
 mutate fedalf_jax/experiment/config.py '            if self.local_epochs != 1:' '            if False:' \
   "steps48: local_steps with local_epochs 2 is not refused" "$LS -k exclusive"
-mutate fedalf_jax/cli.py '    if "local_steps" in out and "local_epochs" in out:' '    if False:' \
+mutate fedalf_jax/cli_options.py '    if "local_steps" in out and "local_epochs" in out:' '    if False:' \
   "steps48: --local-steps with an explicit --local-epochs is not refused" "$LS -k exclusive"
 mutate fedalf_jax/experiment/config.py '            if d[name] is off:' '            if True:' \
   "steps48: --local-steps is not recorded in config.json nor the identity" "$LS -k recorded"
@@ -975,9 +975,9 @@ mutate fedalf_jax/cli.py '    given.update({f"arg.{k}": v for k, v in given.pop(
   "args48: fedalf sweep --alg-arg K=1,2 is not a grid axis" "$AA -k sweep"
 mutate fedalf_jax/reporting/runs.py "k.partition('.')[2] if k.startswith(('hp.', 'arg.')) else k" "k[3:] if k.startswith('hp.') else k" \
   "args48: the report's variant reads arg.K=2, not K=2" "$AA -k sweep"
-mutate fedalf_jax/cli.py '            x = json.loads(v)' '            x = v' \
+mutate fedalf_jax/cli_options.py '            x = json.loads(v)' '            x = v' \
   "args48: --alg-arg K=2 is the string '2'" "$AA -k json_scalars"
-mutate fedalf_jax/cli.py '            if "alg_args" in changed:' '            if False:' \
+mutate fedalf_jax/cli_options.py '            if "alg_args" in changed:' '            if False:' \
   "args48: resume's refusal says alg_args, not --alg-arg K (2 there, 3 given)" "$AA -k resume"
 mutate examples/fedgkd.py '    n = jnp.minimum(count, k).astype(jnp.float32)' '    n = jnp.asarray(k, jnp.float32)' \
   "args48: fedgkd's teacher divides by K before K models exist" "$AA -k by_hand"
