@@ -847,13 +847,13 @@ mutate fedalf_jax/cli_options.py "        p = group_of.get(f.name, group_of[None
 
 # issue 47 item 14: the code digest follows what the code reaches, per file (label "trust47-digest")
 TD=tests/test_trust47_digest.py
-mutate fedalf_jax/experiment/code_digest.py "                self.value(name, g[name], free)" "                pass" \
+mutate fedalf_jax/experiment/code_reach.py "                self.value(name, g[name], free)" "                pass" \
   "trust47-digest: the globals a lambda's code names are not followed (its factory's module undigested)" "$TD -k follows_the_code"
-mutate fedalf_jax/experiment/code_digest.py "                self.value(name, cell.cell_contents, free)" "                pass" \
+mutate fedalf_jax/experiment/code_reach.py "                self.value(name, cell.cell_contents, free)" "                pass" \
   "trust47-digest: closure cells are not followed" "$TD -k follows_the_code"
 mutate fedalf_jax/experiment/registry.py "    return take(obj, module, built)" "    return take(obj, module, None)" \
   "trust47-digest: the functions of the Algorithm a factory builds are not followed" "$TD -k follows_the_code"
-mutate fedalf_jax/experiment/code_digest.py '            if not (str(key).startswith("__") and str(key).endswith("__")):' \
+mutate fedalf_jax/experiment/code_reach.py '            if not (str(key).startswith("__") and str(key).endswith("__")):' \
   "            if False:" "trust47-digest: what a reached module imports is not followed" "$TD -k follows_the_code"
 mutate fedalf_jax/experiment/code_digest.py '    return _hashed(b"code digest 3\0", r), statement(r)' \
   '    return _hashed(b"code digest 3\0" + previous(d).encode(), r), statement(r)' \
