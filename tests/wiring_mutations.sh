@@ -679,6 +679,8 @@ mutate fedalf_jax/experiment/loop.py "tuple(_leaf_key(x) for x in leaves), _trac
 # issue 49 item 4: the suite's compilation cache is kept between sessions (label "cache49"), tests/test_startup.py
 mutate tests/conftest.py "    if _kept is not None:" "    if False:" \
   "cache49: the suite's cache in a temporary folder again (every session cold)" "tests/test_startup.py -k second_session"
+mutate tests/conftest.py '    os.environ[_WORKER_MIN_TIME] = "0.2"' '    os.environ[_WORKER_MIN_TIME] = "0.5"' \
+  "cache49: the workers write only programs over 0.5 s again" "tests/test_startup.py -k subprocesses_cache_more"
 
 # issue 49 item 7: the report's curves, one colour and style per method, the legend off the plots (label "fig49")
 FG=tests/test_report_figures.py
