@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedalf_jax.cli import main
-from fedalf_jax.experiment import loop
+from fedalf_jax.experiment import loop, programs
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.experiment.rundir import RunDir, find_runs
 from fedalf_jax.experiment.sweep import resume, sweep
@@ -328,8 +328,8 @@ def test_gpu_auto_vmapped_runs_and_clients_equal_their_single_runs_within_float_
     assert default_conv_impl("gpu") == "lax" and default_conv_impl("cuda") == "lax"
     # the sweep below must run that combination: runs through jax.vmap, clients never through the CPU's
     # (run, client) pairs rule
-    hows, pairs, real_map_runs, real_pairs = [], [], loop.map_runs, R.each_pair_in_turn
-    monkeypatch.setattr(loop, "map_runs", lambda fn, in_axes, how: hows.append(how) or real_map_runs(fn, in_axes, how))
+    hows, pairs, real_map_runs, real_pairs = [], [], programs.map_runs, R.each_pair_in_turn
+    monkeypatch.setattr(programs, "map_runs", lambda fn, in_axes, how: hows.append(how) or real_map_runs(fn, in_axes, how))
     monkeypatch.setattr(R, "each_pair_in_turn", lambda *a: pairs.append(1) or real_pairs(*a))
     base = {**BASE, "algorithm": algorithm, "model": "cnn", "conv_impl": "lax", "clients": 4, "clients_per_round": 2,
             "synthetic_train": 120, "synthetic_test": 48, "batch_size": 15, "rounds": 2, "run_map": "vmap",

@@ -79,7 +79,7 @@ mutate fedalf_jax/experiment/sweep.py "    calls = 0
 " "glue: --shard numbers the program calls per combination" "$S -k shard_slices"
 mutate fedalf_jax/experiment/sweep.py 's.get("status", "done") == "diverged" or s.get' 's.get' \
   "glue: sweep --resume reruns a diverged run" "$S -k diverged_run_untouched"
-mutate fedalf_jax/experiment/loop.py 'return "map" if (backend or jax.default_backend()) == "cpu" else "vmap"' 'return "map"' \
+mutate fedalf_jax/experiment/programs.py 'return "map" if (backend or jax.default_backend()) == "cpu" else "vmap"' 'return "map"' \
   "glue: auto maps a sweep's runs on the GPU too" "$S -k gpu_auto"
 mutate fedalf_jax/experiment/sweep.py 'self.run_map = default_run_map() if cfg0.run_map == "auto" else cfg0.run_map' \
   'self.run_map = default_run_map()' "glue: an explicit --run-map is ignored" "$S -k gpu_auto"
@@ -665,15 +665,15 @@ mutate fedalf_jax/sim/client.py "jax.random.fold_in(dkey, j), e * per_epoch + j)
 
 # issue 38: a process reuses the programs it compiled, and only for the same program (label "cache38")
 PC=tests/test_program_cache.py
-mutate fedalf_jax/experiment/loop.py "found = _PROGRAMS.get(shared) if shared is not None else None" "found = None" \
+mutate fedalf_jax/experiment/programs.py "found = _PROGRAMS.get(shared) if shared is not None else None" "found = None" \
   "cache38: a second run of the same spec compiles again" "$PC"
-mutate fedalf_jax/experiment/loop.py "        k = (fields, frozen(program.spec.layer_of)," "        k = (frozen(program.spec.layer_of)," \
+mutate fedalf_jax/experiment/programs.py "        k = (fields, frozen(program.spec.layer_of)," "        k = (frozen(program.spec.layer_of)," \
   "cache38: the key leaves out the round spec" "$PC"
 mutate fedalf_jax/experiment/build.py $'    if key not in _BUILTINS:\n        alg = make()' $'    if True:\n        alg = make()' \
   "cache38: built-in algorithms built afresh (their specs never equal)" "$PC"
 mutate fedalf_jax/experiment/build.py "    return _REUSABLE.get(id(spec.algorithm)) is spec.algorithm and spec.model.name in MODELS" \
   "    return True" "cache38: a user's algorithm (which may read changed globals) reuses its programs" "$PC"
-mutate fedalf_jax/experiment/loop.py "tuple(_leaf_key(x) for x in leaves), _trace_options(), jax.default_backend())" \
+mutate fedalf_jax/experiment/programs.py "tuple(_leaf_key(x) for x in leaves), _trace_options(), jax.default_backend())" \
   "tuple(_leaf_key(x) for x in leaves), jax.default_backend())" "cache38: the caller's matmul precision left out of the key" "$PC"
 
 # issue 49 item 4: the suite's compilation cache is kept between sessions (label "cache49"), tests/test_startup.py
@@ -894,7 +894,7 @@ mutate fedalf_jax/experiment/sweep.py '    if key == "personal_acc" and not (isi
 EN=tests/test_eval_never.py
 mutate fedalf_jax/experiment/config.py '        return self.eval_every != "never"' '        return True' \
   "eval49: a never run evaluates anyway (Config.evaluates always true)" "$EN -k bits"
-mutate fedalf_jax/experiment/loop.py $'        if not evaluates:\n            return [self.compiled_round(state, hp, data)]\n' '' \
+mutate fedalf_jax/experiment/programs.py $'        if not evaluates:\n            return [self.compiled_round(state, hp, data)]\n' '' \
   "eval49: the evaluation programs are compiled for a run that never evaluates" "$EN -k bits"
 mutate fedalf_jax/experiment/loop.py $'                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):\n                        if INTERRUPT.requested:' \
   $'                    if t == cfg.rounds or INTERRUPT.requested:\n                        if INTERRUPT.requested:' \
