@@ -217,13 +217,13 @@ def _program_key(program: "Program", key, args):
 
 
 def default_run_map(backend: Optional[str] = None) -> str:
-    """``map`` on CPU, ``vmap`` elsewhere. Measured on the 2-core CPU (FMNIST FedALF, ``fedalf bench
-    --sweep-width``, sweep time against its runs one after another): ``map`` 1.00–1.05× at W = 1–8 on
-    the MLP, ``vmap`` 0.92–1.01× on the MLP and 0.91× on the CNN at W = 8, with 17.5 GB peak memory
-    (docs/benchmarks.md). ``map`` gives every run bit for bit what its single run gives; ``vmap``
-    batches the runs' server steps (their QPs side by side: the server's sequential depth does not
-    grow with the width) and equals them up to float32 summation order. On a GPU the batched clients
-    and servers of ``vmap`` are what fills the device."""
+    """``map`` on CPU, ``vmap`` elsewhere. Measured on the 2-core CPU after the allocator (FMNIST FedALF, ``fedalf
+    bench --sweep-width 2 4 8``, a sweep's time against its runs one after another; docs/benchmarks.md): no mode
+    is faster at every width (MLP: ``map`` 1.07, 0.97, 0.91×, ``vmap`` 0.97, 0.99, 0.99×; CNN: ``map`` 0.94,
+    0.98, 0.90×, ``vmap`` 0.96, 1.01, 0.98×), and ``vmap``'s best gain (8% at W = 8) does not pay for what
+    ``map`` gives: every run bit for bit what its single run gives (``vmap`` equals it up to float32 summation
+    order). ``vmap`` batches the runs' server steps (their QPs side by side: the server's sequential depth does
+    not grow with the width); on a GPU its batched clients and servers are what fills the device."""
     return "map" if (backend or jax.default_backend()) == "cpu" else "vmap"
 
 
