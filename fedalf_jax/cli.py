@@ -88,6 +88,14 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
+    if args.processes != 1:
+        return _sweep_in_processes(args)
+    _say_sweep(_sweep(args), args.out)
+    return 0
+
+
+def _sweep(args) -> list:
+    """The sweep (or its --shard slice) the flags describe, started or resumed; its runs' results."""
     from .experiment import sweep as S
     from .experiment.sweep_plan import distinct, say_unread
     if args.sweep_chunk is not None and args.sweep_chunk < 1:
@@ -125,18 +133,77 @@ def _cmd_sweep(args) -> int:
                                                      and len(given[k]) > 1]}
         res = S.sweep(configs, args.out, chunk=args.sweep_chunk, progress=not args.no_progress, meta=meta,
                       shard=shard, compress_checkpoints=args.compress_checkpoints)
+    return res
+
+
+def _say_sweep(res: list, out) -> None:
+    """The sweep's last lines: its runs counted by status, and the best run."""
+    from .experiment import sweep as S
     counts: dict[str, int] = {}
     for r in res:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     # ranked by what each run's algorithm deploys: its clients' own models (personal_acc) or the global model
     done = [(r, *S.deployed_score(r["final"])) for r in res if r["status"] == "done" and r["final"]]
     best = max((d for d in done if d[2] is not None), key=lambda d: d[2], default=None)
-    print(f"{len(res)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f" -> {args.out}")
+    print(f"{len(res)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f" -> {out}")
     if best is not None:
         r, key, value = best
         angle = r["final"]["personal_angle_deg" if key == "personal_acc" else "angle_deg"]
         beside = f"; global mean_acc {r['final']['mean_acc']:.4f}" if key == "personal_acc" else ""
         print(f"best: {r['name']} {key} {value:.4f} angle {angle:.2f}° (by {key}{beside})")
+
+
+def _sweep_in_processes(args) -> int:
+    """``--processes P``: the sweep as P processes, this one the slice ``0/P`` and P − 1 children (``python -m
+    fedalf_jax.cli`` with the same flags, ``--shard i/P --processes 1 --no-progress``), each of one-run program
+    calls (``--sweep-chunk 1`` unless given), all writing into ``--out`` (a sharded sweep's slices share it:
+    the plan is made once, under its lock). A signal that stops this process is passed on to the children; the
+    last lines count every run of the sweep once all have ended. A child that fails is named, with its last
+    line, and the command exits 1."""
+    import subprocess
+    import tempfile
+    from .experiment import sweep as S
+    p = args.processes
+    if p < 1:
+        raise ConfigError(f"--processes must be a positive integer, got {p}")
+    if args.shard is not None:
+        raise ConfigError("--processes starts its own --shard slices (i/P); give --processes or --shard, not both")
+    chunk = ["--sweep-chunk", "1"] if args.sweep_chunk is None else []
+    base = [*args.argv, *chunk, "--no-progress", "--processes", "1"]  # the last --processes given wins
+    logs, children = [], []
+    for i in range(1, p):
+        log = tempfile.TemporaryFile()
+        logs.append(log)
+        children.append(subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", *base, "--shard", f"{i}/{p}"],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log))
+    args.shard, args.processes = f"0/{p}", 1
+    args.sweep_chunk = 1 if args.sweep_chunk is None else args.sweep_chunk
+    try:
+        _sweep(args)
+    except Interrupted as e:  # pass the signal on, let the children save their rounds in flight, then say it
+        for c in children:
+            if c.poll() is None:
+                c.send_signal(e.signum if e.signum is not None else signal.SIGINT)
+        for c in children:
+            c.wait()
+        args.shard = None  # the line that continues it resumes every slice
+        raise
+    except BaseException:
+        for c in children:
+            if c.poll() is None:
+                c.terminate()
+        raise
+    failed = []
+    for i, (c, log) in enumerate(zip(children, logs), start=1):
+        if c.wait() != 0:
+            log.seek(0)
+            lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+            failed.append(f"slice {i}/{p} exited {c.returncode}: {lines[-1] if lines else '(no output)'}")
+        log.close()
+    _say_sweep(S.results(args.out), args.out)
+    if failed:
+        print(f"fedalf sweep: error: {'; '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -320,6 +387,7 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # the flags as given (sweep --processes passes them on)
     warnings.showwarning = _one_line_warning
     for stream in (sys.stdout, sys.stderr):  # a path that is not text (--out's bytes) prints escaped
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):

@@ -1080,4 +1080,14 @@ mutate fedalf_jax/sim/round.py "    per_client = (duals, idx, n, ckeys, own, sel
   "default48: the default client's facts.index is its position in the round" "$DP -k facts"
 mutate fedalf_jax/sim/default_client.py '    return ClientProgram(init, step, final)' '    return ClientProgram(init, None, final)' \
   "default48: the default client takes no step" "$DP -k is_a_client_program"
+# issue 49 item 1: fedalf sweep --processes P, a sweep as P processes of --shard slices (label "procs49")
+SP=tests/test_sweep_processes.py
+mutate fedalf_jax/cli.py '    for i in range(1, p):' '    for i in range(1, 1):' \
+  "procs49: --processes starts no other process (a slice's runs never run)" "$SP -k every_run_once"
+mutate fedalf_jax/cli.py '    _say_sweep(S.results(args.out), args.out)' '    _say_sweep([], args.out)' \
+  "procs49: the last lines count this process's runs only" "$SP -k every_run_once"
+mutate fedalf_jax/cli.py '    if args.shard is not None:
+        raise ConfigError("--processes starts' '    if False:
+        raise ConfigError("--processes starts' \
+  "procs49: --processes with --shard accepted" "$SP -k one_line"
 exit $status
