@@ -400,7 +400,7 @@ def _main(argv) -> int:
         return _dispatch(args)
     except Interrupted as e:
         cmd, by = invoked(), ("" if e.signum == signal.SIGINT else f" by {signal_name(e.signum)}")
-        again = (_sweep_again(cmd, args, sys.argv[1:] if argv is None else argv) if args.command == "sweep"
+        again = (_sweep_again(cmd, args, args.argv) if args.command == "sweep"
                  else f"{cmd} run --resume --out {shlex.quote(str(e.dirs[0]))}" if e.dirs else None)
         if args.command == "sweep":
             kept = (f"every finished round of its runs is saved; continue with: {again}" if e.checkpoints else

@@ -47,8 +47,8 @@ def test_the_default_client_is_a_client_program():
 
     alg = fj.Algorithm("f", server=fj.algorithms.weighted_mean_server, upload=lambda *a: (a[0], a[3]))
     spec = RoundSpec(None, alg, 3, 2, 1, 2, None)
-    prog = default_program(spec, _Ctx(), None)
+    prog = default_program(spec, _Ctx())
     assert isinstance(prog, ClientProgram) and callable(prog.init) and callable(prog.step) and callable(prog.final)
     full = RoundSpec(None, fj.Algorithm("g", server=fj.algorithms.weighted_mean_server, upload=alg.upload,
                                         local_train=False), 3, 2, 1, 2, None)
-    assert default_program(full, _Ctx(), None).step is None
+    assert default_program(full, _Ctx()).step is None

@@ -18,25 +18,23 @@ Each function the fields name is called as it always was (its signature read for
 from __future__ import annotations
 
 from . import contract as C
-from .algorithms import Algorithm, Batch, ClientProgram, HParams
-from .client import (_join, _w_objective, full_loss_and_grad, joint_objective, masked_loss, model_at, sgd_init,
-                     sgd_step)
+from .algorithms import Algorithm, Batch, ClientProgram, HParams, _takes
+from .client import _join, _w_objective, joint_objective, masked_loss, model_at, sgd_init, sgd_step
 from .program import Sent
 
 UPLOAD_CALL = "theta, w, w_tilde, state, hp, lr_t[, broadcast=, facts=, personal=]"
 
 
-def default_program(spec, ctx, data) -> ClientProgram:
+def default_program(spec, ctx) -> ClientProgram:
     """The client program of ``spec.algorithm``'s optional fields for one client (``ctx``: its
-    :class:`~fedalf_jax.sim.program.ClientContext`; ``data``: ``(x_pool, y_pool, idx, n)``, for
-    ``local_train=False``'s full gradient). Built once per client, so what the fields derive from θ and the
-    state (a penalty's centre, the optimiser) is computed once, before the steps."""
+    :class:`~fedalf_jax.sim.program.ClientContext`). Built once per client, so what the fields derive from θ
+    and the state (a penalty's centre, the optimiser) is computed once, before the steps."""
     alg = spec.algorithm
     theta, state, hp, bcast, facts, lr_t = ctx.theta, ctx.state, ctx.hp, ctx.broadcast, ctx.facts, ctx.lr
     theta_vars = _join(theta, ctx.stats)
     if not alg.local_train:  # FedSGD's client: ∇f_i(θ_t) and f_i(θ_t) over its whole split
         def final_gradient(carry, ctx):
-            loss, grad = full_loss_and_grad(spec.model, theta_vars, *data, chunk=spec.batch_size)
+            loss, grad = ctx.data._loss_and_grad(spec.model, theta_vars)
             return Sent(None, lambda _: (grad, state, None), ctx.stats, loss)
         return ClientProgram(lambda ctx: (), None, final_gradient)
     kw = alg.client_kwargs(alg.upload, bcast, facts)
@@ -99,7 +97,7 @@ def personal_task(spec, theta, state, hp: HParams, bcast, facts):
     model's serve its evaluation). ``v_i`` stays on the client: ``upload`` only stores it."""
     alg = spec.algorithm
     p = alg.personal
-    if not _takes_personal(alg.upload):
+    if not _takes(alg.upload, "personal"):
         raise C.error(f"algorithm {alg.name!r} has a personal model, but its upload has no parameter named personal "
                       f"to receive (and keep) it; add one (docs/extending.md)")
     v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)
@@ -122,7 +120,3 @@ def personal_task(spec, theta, state, hp: HParams, bcast, facts):
         return loss if pen is None else loss + pen(v)
     return v0, loss_v
 
-
-def _takes_personal(fn) -> bool:
-    from .algorithms import _takes
-    return _takes(fn, "personal")

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from . import contract as C
 from . import tree as T
 from .algorithms import ClientFacts, ClientProgram, HParams  # noqa: F401 (ClientProgram: here too)
-from .client import ClientOut, _chunked, full_loss, local_steps, scan_steps
+from .client import ClientOut, _chunked, full_loss, full_loss_and_grad, local_steps, scan_steps
 
 
 class ClientBatch(NamedTuple):
@@ -131,6 +131,11 @@ class DataPass:
 
         out, _ = jax.lax.scan(body, init, (rows, mask, jnp.arange(rows.shape[0], dtype=jnp.int32)))
         return out
+
+    def _loss_and_grad(self, model, variables):
+        """``f_i`` and ``∇f_i`` at ``variables`` over the client's examples in batches of ``--batch-size``
+        (:func:`~fedalf_jax.sim.client.full_loss_and_grad`): the default client's ``local_train=False``."""
+        return full_loss_and_grad(model, variables, self._x, self._y, self._idx, self._n, chunk=self._b)
 
 
 def label_counts(y_pool, idx, n, num_classes: int):

@@ -157,7 +157,7 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     if alg.client is not None:
         program = lambda ctx: alg.client  # noqa: E731
     else:
-        program = functools.partial(default_program, spec, data=(x, y, idx, n))
+        program = functools.partial(default_program, spec)
     return program_client(spec, theta_vars, dual, idx, n, key, hp, t, x, y, bcast, index, program, own=own)
 
 
