@@ -137,9 +137,11 @@ def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool 
     the CLI's ``--resume``/``--overwrite``. Without ``out`` nothing is kept on disk: the result (metrics,
     final model) lives only in the returned :class:`Result` (``fedalf run`` without ``--out``, by contrast,
     writes ``runs/<algorithm>-<model>-<time>``). Raises ``FloatingPointError`` when the model diverges."""
+    from .experiment.cache import configure_for_api
     from .experiment.loop import run as run_loop
     from .experiment.rundir import RunDir
     cfg = _config(cfg, options)
+    configure_for_api()  # the CLI's persistent compilation cache, unless this process chose its own
     if not (resume and cfg.out and RunDir(cfg.out).has_config()):  # issue 47 item 15: a given option never read
         from .experiment.sweep_plan import non_default, say_unread
         say_unread([cfg], set(options) | non_default(cfg.to_dict()), stacklevel=2)
@@ -220,10 +222,12 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     unfinished runs are finished, its finished ones read back; the options must describe the same runs),
     or ``overwrite=True`` (the sweep's run files and ``sweep.json`` are removed first), as ``fj.run``'s."""
     from .experiment import sweep as S
+    from .experiment.cache import configure_for_api
     from .experiment.sweep_plan import distinct, expand
     if resume and overwrite:
         raise ConfigError("resume=True continues the sweep in out and overwrite=True replaces it; choose one")
     cfg = _config(cfg, options)
+    configure_for_api()  # the CLI's persistent compilation cache, unless this process chose its own
     base = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "out")}
     base["hp"] = dict(cfg.hp)  # the values given, not the defaults: a grid over algorithms fills in each one's own
     grid = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (grid or {}).items()}

@@ -23,7 +23,7 @@ CELL_TIMEOUT_S = 300  # each notebook takes well under a minute on a 2-core CPU
 
 
 @pytest.fixture
-def run_notebook(tmp_path, monkeypatch):
+def run_notebook(tmp_path, monkeypatch, compile_cache):
     """Executes a notebook of ``notebooks/`` in a fresh kernel; returns it with its outputs' text."""
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -35,6 +35,11 @@ def run_notebook(tmp_path, monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("TMPDIR", str(scratch))  # where the tiny sweep's tempfile.mkdtemp() goes
+    # The kernel compiles into the suite's compilation cache, so a second run of the suite loads the
+    # notebooks' programs: fj.run and fj.sweep follow the inherited FEDALF_COMPILE_CACHE themselves, and
+    # JAX_COMPILATION_CACHE_DIR covers what a notebook jits directly (fedalf_round.ipynb's round phases).
+    if compile_cache is not None:
+        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(compile_cache))
     kernels = tmp_path / "kernels"
     spec_dir = write_kernel_spec(kernels / "python3")
     assert json.loads(Path(spec_dir, "kernel.json").read_text())["argv"][0] == sys.executable

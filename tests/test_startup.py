@@ -86,6 +86,53 @@ def test_no_compile_cache_flag_wins_over_the_environment(tmp_path, monkeypatch, 
         assert build_parser().parse_args([*cmd, "--no-compile-cache"]).no_compile_cache
 
 
+
+def test_api_cache_follows_fedalf_compile_cache_else_a_folder_jax_was_given():
+    home = {"HOME": "/home/ann"}
+    default = Path("/home/ann/.cache/fedalf_jax/jax")
+    assert C.api_cache_dir(env=home, jax_dir=None) == (True, default)  # nothing chosen: the CLI's folder
+    assert C.api_cache_dir(env=home, jax_dir="/mine") == (False, None)  # the process chose JAX's folder: kept
+    assert C.api_cache_dir(env={**home, C.ENV: "/f"}, jax_dir="/mine") == (True, Path("/f"))  # fedalf's own says
+    assert C.api_cache_dir(env={**home, C.ENV: "off"}, jax_dir="/mine") == (True, None)  # off: turned off
+
+
+_API_SWEEP = """
+import sys
+import fedalf_jax as fj
+fj.sweep(fj.Config(dataset="synthetic", model="mlp", clients=4, clients_per_round=2, synthetic_train=200,
+                   synthetic_test=80, rounds=1, eval_every=1, algorithm="fedavg"), out=sys.argv[1], progress=False)
+"""
+
+
+def test_api_cache_fj_sweep_keeps_its_programs_where_the_cli_keeps_them(tmp_path):
+    """A notebook's kernel restarted loads what it compiled: in a fresh process, with FEDALF_COMPILE_CACHE and
+    JAX's own folder unset, fj.sweep's programs land in HOME's fedalf cache, the CLI's default."""
+    env = {k: v for k, v in _user_env().items() if k not in (C.ENV, "JAX_COMPILATION_CACHE_DIR", "XDG_CACHE_HOME")}
+    env.update(HOME=str(tmp_path / "home"), JAX_PLATFORMS="cpu")
+    p = subprocess.run([sys.executable, "-c", _API_SWEEP, str(tmp_path / "s")], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    kept = tmp_path / "home" / ".cache" / "fedalf_jax" / "jax"
+    assert any(e.name.startswith("jit_mapped-") for e in kept.iterdir())  # the sweep's runs mapped in one program
+
+
+def test_api_cache_fj_run_and_sweep_configure_it_once_per_process(tmp_path, monkeypatch, jax_cache_config):
+    import fedalf_jax as fj
+    tiny = fj.Config(dataset="synthetic", model="mlp", clients=4, clients_per_round=2, synthetic_train=200,
+                     synthetic_test=80, rounds=1, eval_every=1, algorithm="fedavg")
+    configured = []
+    monkeypatch.setattr(C, "configure", lambda path: configured.append(path))
+    monkeypatch.setattr(C, "_API_CONFIGURED", False)
+    monkeypatch.setenv(C.ENV, str(tmp_path / "c"))
+    fj.run(tiny, progress=False)
+    assert configured == [tmp_path / "c"]
+    fj.sweep(tiny, out=tmp_path / "s", progress=False)  # later calls: as it is
+    assert configured == [tmp_path / "c"]
+    monkeypatch.setattr(C, "_API_CONFIGURED", False)
+    fj.sweep(tiny, out=tmp_path / "s2", progress=False)
+    assert configured == [tmp_path / "c"] * 2
+
+
 # -- the cache in use: fedalf run twice
 
 def _user_env():

@@ -1090,4 +1090,20 @@ mutate fedalf_jax/cli.py '    if args.shard is not None:
         raise ConfigError("--processes starts' '    if False:
         raise ConfigError("--processes starts' \
   "procs49: --processes with --shard accepted" "$SP -k one_line"
+# issue 49 item 4: fj.run and fj.sweep keep their programs in the CLI's compilation cache, so a notebook's kernel
+# re-run loads them (label "apicache49"), tests/test_startup.py
+AC="tests/test_startup.py -k api_cache"
+mutate fedalf_jax/api.py "    cfg = _config(cfg, options)
+    configure_for_api()  # the CLI's persistent compilation cache, unless this process chose its own
+    if not (resume" "    cfg = _config(cfg, options)
+    if not (resume" "apicache49: fj.run leaves the compilation cache off" "$AC"
+mutate fedalf_jax/api.py "    cfg = _config(cfg, options)
+    configure_for_api()  # the CLI's persistent compilation cache, unless this process chose its own
+    base = " "    cfg = _config(cfg, options)
+    base = " "apicache49: fj.sweep leaves the compilation cache off" "$AC"
+mutate fedalf_jax/experiment/cache.py "if env.get(ENV, \"\").strip() or not jax_dir:" "if not jax_dir:" \
+  "apicache49: a folder JAX was given wins over FEDALF_COMPILE_CACHE" "$AC"
+mutate fedalf_jax/experiment/cache.py "    _API_CONFIGURED = True
+    change" "    change" "apicache49: the API configures the cache on every call" "$AC"
+
 exit $status

@@ -3,8 +3,10 @@ runs programs already compiled once (the same options, data shapes and versions 
 a fraction of a second instead of compiling them again (FedALF's FMNIST CNN chunk: 40-60 s on a busy
 2-core CPU).
 
-``fedalf run``, ``sweep`` and ``bench`` turn it on before anything compiles (:func:`configure`). The
-folder (:func:`cache_dir`), first match wins:
+``fedalf run``, ``sweep`` and ``bench`` turn it on before anything compiles (:func:`configure`), and so do
+``fj.run`` and ``fj.sweep`` (:func:`configure_for_api`: once per process, and only where the process has not
+chosen a folder for JAX's cache itself), so a notebook's kernel restarted loads what it compiled before.
+The folder (:func:`cache_dir`), first match wins:
 
 1. ``--no-compile-cache``: off;
 2. ``FEDALF_COMPILE_CACHE``: a folder, or ``off`` (also ``0``, ``false``, ``no``, ``none``);
@@ -94,3 +96,40 @@ def configure(path: Optional[Path]) -> Optional[Path]:
     except (ImportError, AttributeError):
         pass
     return path
+
+
+_API_CONFIGURED = False
+
+
+def api_cache_dir(env: Optional[Mapping[str, str]] = None, jax_dir: Optional[str] = None):
+    """What ``fj.run``/``fj.sweep`` do to JAX's cache, as ``(change, folder)``: ``FEDALF_COMPILE_CACHE`` set
+    (a folder, or off) rules as for the CLI, ``(True, its folder or None)``; else a folder the process already
+    gave JAX (``jax_dir``: ``JAX_COMPILATION_CACHE_DIR``, or ``jax.config``) is left as it is, ``(False,
+    None)``; else ``(True, cache_dir())``, the CLI's default folder. Pure."""
+    env = os.environ if env is None else env
+    if env.get(ENV, "").strip() or not jax_dir:
+        return True, cache_dir(env=env)
+    return False, None
+
+
+def _jax_cache_folder() -> Optional[str]:
+    """The folder JAX's cache is set to in this process (``None``: none)."""
+    import jax
+    try:
+        return jax.config.read("jax_compilation_cache_dir")
+    except AttributeError:  # JAX 0.10 reads a flag that has a context manager as an attribute only
+        return getattr(jax.config, "jax_compilation_cache_dir")
+
+
+def configure_for_api() -> None:
+    """Turn the persistent cache on for the Python API, as :func:`configure` does for the CLI, the first
+    time ``fj.run`` or ``fj.sweep`` is called in this process (see :func:`api_cache_dir`): a process that set
+    JAX's cache folder itself keeps its settings, unless ``FEDALF_COMPILE_CACHE`` says otherwise. A later
+    call changes nothing."""
+    global _API_CONFIGURED
+    if _API_CONFIGURED:
+        return
+    _API_CONFIGURED = True
+    change, path = api_cache_dir(jax_dir=_jax_cache_folder())
+    if change:
+        configure(path)
