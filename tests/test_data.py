@@ -424,3 +424,22 @@ def test_tfds_mock():
         ds = load_dataset("fmnist", source="tfds")
     assert ds.source == "tfds" and ds.x_train.shape == (12, 28, 28, 1) and ds.y_train.dtype == np.int32
     assert ds.x_train.dtype == np.float32 and 0.0 <= ds.x_train.min() and ds.x_train.max() <= 1.0
+
+
+def test_the_pool_is_read_only_and_the_cpu_device_data_is_its_memory():
+    """A pool is cached and shared by a process's runs, and on the CPU backend the run's device arrays are the
+    pool's own memory (no 220 MB copy of FMNIST at every start, issue 49): so nothing may write to the pool."""
+    import jax
+    from fedalf_jax import Config
+    from fedalf_jax.experiment.build import client_rows, device_data, load_pool
+    cfg = Config(dataset="synthetic", model="mlp", clients=4, clients_per_round=2, synthetic_train=200,
+                 synthetic_test=80).validated()
+    pool = load_pool(cfg)
+    for a in (pool.x, pool.y):
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 0
+    data = device_data(pool, client_rows(cfg, pool))
+    if jax.default_backend() == "cpu":
+        assert data.x.unsafe_buffer_pointer() == pool.x.ctypes.data
+        assert data.y.unsafe_buffer_pointer() == pool.y.ctypes.data
+    np.testing.assert_array_equal(np.asarray(data.x), pool.x)

@@ -467,5 +467,6 @@ class _Group:
         else:
             x = np.stack([self.pools[i].x for i in idx])
             y = np.stack([self.pools[i].y for i in idx])
-        return ClientData(*(jnp.asarray(a) for a in (x, y, tr, np.stack([r.train_n for r in rows]), te,
-                                                       np.stack([r.test_n for r in rows]))))
+        # jax.device_put: the CPU backend keeps a shared (aligned, read-only) pool as it is, no copy (build.device_data)
+        return ClientData(*(jax.device_put(a) for a in (x, y, tr, np.stack([r.train_n for r in rows]), te,
+                                                        np.stack([r.test_n for r in rows]))))
