@@ -157,9 +157,11 @@ def _sweep_in_processes(args) -> int:
     """``--processes P``: the sweep as P processes, this one the slice ``0/P`` and P − 1 children (``python -m
     fedalf_jax.cli`` with the same flags, ``--shard i/P --processes 1 --no-progress``), each of one-run program
     calls (``--sweep-chunk 1`` unless given), all writing into ``--out`` (a sharded sweep's slices share it:
-    the plan is made once, under its lock). A signal that stops this process is passed on to the children; the
-    last lines count every run of the sweep once all have ended. A child that fails is named, with its last
-    line, and the command exits 1."""
+    the plan is made once, under its lock). A signal that stops this process, while it computes its own slice
+    or once that is done and it waits for the children, is passed on to the children; this process waits for
+    them to save their rounds in flight and leaves as a stopped sweep does (128 + the signal's number, the line
+    that resumes every slice). The last lines count every run of the sweep once all have ended. A child that
+    fails is named, with its last line, and the command exits 1."""
     import subprocess
     import tempfile
     from .experiment import sweep as S
@@ -171,28 +173,32 @@ def _sweep_in_processes(args) -> int:
     chunk = ["--sweep-chunk", "1"] if args.sweep_chunk is None else []
     base = [*args.argv, *chunk, "--no-progress", "--processes", "1"]  # the last --processes given wins
     logs, children = [], []
-    for i in range(1, p):
-        log = tempfile.TemporaryFile()
-        logs.append(log)
-        children.append(subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", *base, "--shard", f"{i}/{p}"],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log))
-    args.shard, args.processes = f"0/{p}", 1
-    args.sweep_chunk = 1 if args.sweep_chunk is None else args.sweep_chunk
     try:
+        for i in range(1, p):
+            log = tempfile.TemporaryFile()
+            logs.append(log)
+            # In a session of their own: a signal to this process's group (a terminal's Ctrl-C, `timeout`)
+            # reaches them once, passed on by this process; twice, the second would make them leave unsaved.
+            children.append(subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", *base, "--shard", f"{i}/{p}"],
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                             start_new_session=True))
+        args.shard, args.processes = f"0/{p}", 1
+        args.sweep_chunk = 1 if args.sweep_chunk is None else args.sweep_chunk
         _sweep(args)
     except Interrupted as e:  # pass the signal on, let the children save their rounds in flight, then say it
-        for c in children:
-            if c.poll() is None:
-                c.send_signal(e.signum if e.signum is not None else signal.SIGINT)
-        for c in children:
-            c.wait()
+        _stop_children(children, e.signum)
         args.shard = None  # the line that continues it resumes every slice
         raise
-    except BaseException:
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt) and INTERRUPT.requested:  # a signal outside a run loop: as above
+            raise _stopped(children, INTERRUPT.signum, args) from None
         for c in children:
             if c.poll() is None:
                 c.terminate()
         raise
+    signum = _wait_children(children)
+    if signum is not None:  # a signal while waiting: passed on, the children saved; said as above
+        raise _stopped(children, signum, args)
     failed = []
     for i, (c, log) in enumerate(zip(children, logs), start=1):
         if c.wait() != 0:
@@ -205,6 +211,56 @@ def _sweep_in_processes(args) -> int:
         print(f"fedalf sweep: error: {'; '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _stop_children(children, signum) -> None:
+    """``signum`` passed on to every child still running, and each waited for (it saves its round in flight)."""
+    for c in children:
+        if c.poll() is None:
+            c.send_signal(signal.SIGINT if signum is None else signum)
+    for c in children:
+        c.wait()
+
+
+def _stopped(children, signum, args) -> Interrupted:
+    """What stops a ``--processes`` sweep on a signal outside its own slice's run loop (while this process
+    waits for the children, or plans): the signal passed on, the children waited for, and the command's last
+    line that of a stopped sweep (main), its continue line for every slice."""
+    _stop_children(children, signum)
+    args.shard = None
+    e = Interrupted(0, [], saved=True, signum=signum)
+    e.checkpoints = _keeps_checkpoints(args.out)
+    return e
+
+
+def _wait_children(children):
+    """Waits for every child to end: ``None`` once all have, or the signal that stopped this process meanwhile
+    (its handler, :data:`INTERRUPT`, raises ``KeyboardInterrupt`` outside a run loop; a signal it only recorded
+    is seen within 0.2 s)."""
+    try:
+        while not INTERRUPT.requested:
+            if all(c.poll() is not None for c in children):
+                return None
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        if not INTERRUPT.requested:  # not a signal's (raised by hand)
+            raise
+    # (a signal landing between a child's reaping and Popen recording its status: poll() then says 0; that
+    # child has ended, which is all the stopping path asks)
+    name, live = signal_name(INTERRUPT.signum), sum(c.poll() is None for c in children)
+    print(f"\nfedalf sweep: {name}: passed on to the {live} other process(es) still running; waiting for them to "
+          f"save their rounds in flight ({name} again to leave now)", file=sys.stderr, flush=True)
+    return INTERRUPT.signum
+
+
+def _keeps_checkpoints(out) -> bool:
+    """Whether the runs of the sweep in ``out`` keep checkpoints (``--checkpoint-every`` is one value for all)."""
+    from .experiment import sweep as S
+    try:
+        runs = S.read_sweep(out)["runs"]
+    except (OSError, ConfigError, ValueError):  # stopped before the plan: the continue line starts it again
+        return True
+    return all(Config.from_dict({**from_run(r["config"]), "out": None}).keeps_checkpoints for r in runs)
 
 
 def _resolved(cfg: Config) -> str:
