@@ -1114,4 +1114,15 @@ mutate fedalf_jax/experiment/build.py "jax.device_put(np.asarray(a)) for a in" "
 mutate fedalf_jax/experiment/build.py "    start = -buf.ctypes.data % _ALIGN" "    start = 0" "pool49: the pool not aligned" "$PD"
 mutate fedalf_jax/experiment/build.py "    out.flags.writeable = False
 " "" "pool49: the pool writable" "$PD"
+# issue 49 item 1 (follow-up): sweep --processes passes a signal on in both of the parent's phases, to children
+# in a session of their own (label "sig49"), tests/test_sweep_processes.py
+SP=tests/test_sweep_processes.py
+mutate fedalf_jax/cli.py '    signum = _wait_children(children)' '    signum = [c.wait() for c in children] and None' \
+  "sig49: a signal while the parent waits for its children is not passed on (a blocking c.wait())" "$SP -k waits_for_its_children"
+mutate fedalf_jax/cli.py '        _stop_children(children, e.signum)' '        _stop_children([], e.signum)' \
+  "sig49: a signal during the parent's own slice is not passed on to the children" "$SP -k computes_its_slice"
+mutate fedalf_jax/cli.py '                                             start_new_session=True))' \
+  '                                             start_new_session=False))' \
+  "sig49: the children in the parent's process group (a terminal's Ctrl-C reaches them twice)" "$SP -k ctrl_c"
+
 exit $status
