@@ -436,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the slices share --out (default: none: every call)")
     s.add_argument("--processes", type=int, default=1, metavar="P",
                    help="run the sweep as P processes, one per core: this one and P − 1 it starts, each the --shard "
-                        "slice i/P of one-run program calls (--sweep-chunk 1 unless given), all in --out; in one "
+                        "slice i/P of one-run program calls (--sweep-chunk 1 unless given), all in --out, each pinned to "
+                        "cores of its own where there are at least P; in one "
                         "process a CPU computes a sweep's runs one after another, so 2 uses both cores of a 2-core "
                         "machine (a 3-run FedLF MLP sweep: 0.67x the time of three single runs, 0.93x in one "
                         "process; docs/benchmarks.md); each run's metrics are its single run's, bit for bit "

@@ -28,7 +28,10 @@ def _metrics(path):
 
 def test_two_processes_run_every_run_once_and_as_one_process_would(tmp_path, capsys):
     assert main(["sweep", *FLAGS, "--out", str(tmp_path / "one")]) == 0
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     assert main(["sweep", *FLAGS, "--out", str(tmp_path / "two"), "--processes", "2"]) == 0
+    if cores is not None:  # pinned to its own core for its slice only: a caller in-process keeps its cores
+        assert os.sched_getaffinity(0) == cores
     out = capsys.readouterr().out
     assert f"3 runs: 3 done -> {tmp_path / 'two'}" in out  # the last lines count the children's runs too
     for seed in (0, 1, 2):  # seed 1 is slice 1/2's only call: the child's
@@ -78,6 +81,24 @@ def _children(pid: int) -> list:
         except OSError:
             pass
     return out
+
+
+def _cores(pid: int) -> set:
+    """The cores process ``pid`` may run on (/proc/PID/status, Cpus_allowed_list: "0-2,5")."""
+    text = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("Cpus_allowed_list"))
+    cores = set()
+    for part in text.split(":", 1)[1].strip().split(","):
+        lo, _, hi = part.partition("-")
+        cores.update(range(int(lo), int(hi or lo) + 1))
+    return cores
+
+
+def test_cpu_groups_give_each_process_consecutive_cores_of_its_own():
+    from fedalf_jax.cli import cpu_groups
+    assert cpu_groups([0, 1], 2) == [[0], [1]]
+    assert cpu_groups([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
+    assert cpu_groups([2, 3, 6, 7], 3) == [[2, 3], [6], [7]]
+    assert cpu_groups([0], 2) is None and cpu_groups([0, 1], 1) is None  # fewer cores than processes: none pinned
 
 
 def _alive(pid: int) -> bool:
@@ -158,6 +179,9 @@ def test_sigterm_while_the_parent_computes_its_slice_stops_the_children_and_resu
     _wait_for(lambda: _rows(sw / "fedavg_seed0") >= 3 and _rows(sw / "fedavg_seed1") >= 3, proc)  # both computing
     kids = _children(proc.pid)
     assert len(kids) == 1, kids
+    if len(os.sched_getaffinity(0)) >= 2:  # each process pinned to cores of its own (cli.cpu_groups)
+        mine, child = _cores(proc.pid), _cores(kids[0])
+        assert mine and child and not mine & child, (mine, child)
     err = _stop(proc, kids)
     for seed in (0, 1):  # seed 0 the parent's run, seed 1 its child's: each stopped after its round in flight
         _stopped_early(sw / f"fedavg_seed{seed}", 200)
