@@ -1125,4 +1125,14 @@ mutate fedalf_jax/cli.py '                                             start_new
   '                                             start_new_session=False))' \
   "sig49: the children in the parent's process group (a terminal's Ctrl-C reaches them twice)" "$SP -k ctrl_c"
 
+# issue 49 item 1: --processes pins each process to cores of its own (label "pin49"), tests/test_sweep_processes.py
+PN=tests/test_sweep_processes.py
+mutate fedalf_jax/cli.py "env = {**os.environ, CPUS_ENV: \",\".join(map(str, groups[i]))} if groups else None" "env = None" \
+  "pin49: the children not given their cores" "$PN -k sigterm_while_the_parent"
+mutate fedalf_jax/cli.py "def main(argv=None) -> int:
+    _pin_from_env()" "def main(argv=None) -> int:" "pin49: a child does not pin itself" "$PN -k sigterm_while_the_parent"
+mutate fedalf_jax/cli.py "    finally:
+        os.sched_setaffinity(0, before)" "    finally:
+        pass" "pin49: the parent's cores not given back after its slice" "$PN -k every_run_once"
+mutate fedalf_jax/cli.py "        n = size + (i < extra)" "        n = size" "pin49: the cores left over go to no process" "$PN -k cpu_groups"
 exit $status
