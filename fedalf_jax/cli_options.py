@@ -439,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "slice i/P of one-run program calls (--sweep-chunk 1 unless given), all in --out, each pinned to "
                         "cores of its own where there are at least P; in one "
                         "process a CPU computes a sweep's runs one after another, so 2 uses both cores of a 2-core "
-                        "machine (a 3-run FedLF MLP sweep: 0.67x the time of three single runs, 0.93x in one "
+                        "machine (a 3-run FedLF MLP sweep: 0.62x the time of three single runs, ~0.83x in one "
                         "process; docs/benchmarks.md); each run's metrics are its single run's, bit for bit "
                         "(default 1)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
