@@ -1121,8 +1121,8 @@ mutate fedalf_jax/cli.py '    signum = _wait_children(children)' '    signum = [
   "sig49: a signal while the parent waits for its children is not passed on (a blocking c.wait())" "$SP -k waits_for_its_children"
 mutate fedalf_jax/cli.py '        _stop_children(children, e.signum)' '        _stop_children([], e.signum)' \
   "sig49: a signal during the parent's own slice is not passed on to the children" "$SP -k computes_its_slice"
-mutate fedalf_jax/cli.py '                                             start_new_session=True))' \
-  '                                             start_new_session=False))' \
+mutate fedalf_jax/cli.py '                                             start_new_session=True, env=env))' \
+  '                                             start_new_session=False, env=env))' \
   "sig49: the children in the parent's process group (a terminal's Ctrl-C reaches them twice)" "$SP -k ctrl_c"
 
 # issue 49 item 1: --processes pins each process to cores of its own (label "pin49"), tests/test_sweep_processes.py
