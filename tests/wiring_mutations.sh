@@ -681,6 +681,8 @@ mutate tests/conftest.py "    if _kept is not None:" "    if False:" \
   "cache49: the suite's cache in a temporary folder again (every session cold)" "tests/test_startup.py -k second_session"
 mutate tests/conftest.py '    os.environ[_WORKER_MIN_TIME] = "0.2"' '    os.environ[_WORKER_MIN_TIME] = "0.5"' \
   "cache49: the workers write only programs over 0.5 s again" "tests/test_startup.py -k subprocesses_cache_more"
+mutate tests/conftest.py '    os.environ[MIN_TIME_ENV] = "0"' '    os.environ[MIN_TIME_ENV] = "0.1"' \
+  "cache49: the subprocesses write only programs over 0.1 s again" "tests/test_startup.py -k subprocesses_cache_more"
 
 # issue 49 item 7: the report's curves, one colour and style per method, the legend off the plots (label "fig49")
 FG=tests/test_report_figures.py
