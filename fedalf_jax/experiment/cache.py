@@ -4,8 +4,9 @@ a fraction of a second instead of compiling them again (FedALF's FMNIST CNN chun
 2-core CPU).
 
 ``fedalf run``, ``sweep`` and ``bench`` turn it on before anything compiles (:func:`configure`), and so do
-``fj.run`` and ``fj.sweep`` (:func:`configure_for_api`: once per process, and only where the process has not
-chosen a folder for JAX's cache itself), so a notebook's kernel restarted loads what it compiled before.
+``fj.run`` and ``fj.sweep`` (:func:`configure_for_api`: once per process; a folder the process gave JAX's cache
+itself is kept unless ``FEDALF_COMPILE_CACHE`` is set), so a notebook's kernel restarted loads what it compiled
+before.
 The folder (:func:`cache_dir`), first match wins:
 
 1. ``--no-compile-cache``: off;
