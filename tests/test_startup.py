@@ -86,7 +86,6 @@ def test_no_compile_cache_flag_wins_over_the_environment(tmp_path, monkeypatch, 
         assert build_parser().parse_args([*cmd, "--no-compile-cache"]).no_compile_cache
 
 
-
 def test_api_cache_follows_fedalf_compile_cache_else_a_folder_jax_was_given():
     home = {"HOME": "/home/ann"}
     default = Path("/home/ann/.cache/fedalf_jax/jax")
