@@ -262,6 +262,23 @@ def test_sharded_sweep_slices_run_disjoint_calls_into_one_folder(tmp_path, monke
         parse_shard("4", {})
 
 
+
+def test_slices_that_plan_at_once_keep_the_first_plan_and_leave_no_temporary_file(tmp_path, monkeypatch):
+    """Two --shard slices started together both find no sweep.json and both plan (they hold the folder shared).
+    They wrote through one temporary name, so one removed or renamed the other's: "cannot write sweep.json" (2 of
+    5 hand-started pairs, issue 49), or the later plan replaced the earlier one's chunk under the slice already
+    running it. Now the first plan is every slice's (write_sweep_first: a hard link that fails where it exists)."""
+    from fedalf_jax.experiment import sweep_plan
+    from fedalf_jax.experiment.rundir import read_sweep
+    cfgs = expand(BASE, {}, [0, 1])
+    root = tmp_path / "sw"
+    root.mkdir()
+    monkeypatch.setattr(sweep_plan, "_planned", lambda c, r, same: False)  # each checked before either wrote
+    sweep_plan.plan(cfgs, root, {"chunk": 3}, same=True)  # slice 0
+    sweep_plan.plan(cfgs, root, {"chunk": 5}, same=True)  # slice 1, a moment later
+    assert read_sweep(root)["chunk"] == 3
+    assert sorted(p.name for p in root.iterdir()) == ["sweep.json"]  # no slice's temporary file left
+
 # ---- issue #13, item 10: the glue of sharding, resume and the GPU's batching -----------------------
 
 def test_shard_slices_are_nonempty_disjoint_and_cover_a_sweep_of_several_combinations(tmp_path, monkeypatch):

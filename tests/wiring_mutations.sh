@@ -1137,4 +1137,11 @@ mutate fedalf_jax/cli.py "    finally:
         os.sched_setaffinity(0, before)" "    finally:
         pass" "pin49: the parent's cores not given back after its slice" "$PN -k every_run_once"
 mutate fedalf_jax/cli.py "        n = size + (i < extra)" "        n = size" "pin49: the cores left over go to no process" "$PN -k cpu_groups"
+# issue 49 (found measuring item 1): --shard slices started together plan at once; the first plan is every slice's,
+# through a temporary file of its own (label "plan49"), tests/test_sweep.py
+mutate fedalf_jax/experiment/sweep_plan.py "        if not same:
+            write_sweep(root, runs, meta)" "        if True:
+            write_sweep(root, runs, meta)" "plan49: a later slice's plan replaces the first" "tests/test_sweep.py -k plan_at_once"
+mutate fedalf_jax/experiment/rundir.py "            os.link(tmp, path)" "            os.replace(tmp, path)" \
+  "plan49: sweep.json replaced, not linked only where absent" "tests/test_sweep.py -k plan_at_once"
 exit $status

@@ -40,6 +40,7 @@ import csv
 import json
 import math
 import os
+import re
 import socket
 import stat
 import sys
@@ -292,6 +293,9 @@ class RunDir:
         if not shared:
             for name in TEMPORARIES:
                 discard(self.path / name)  # a file or a link (never followed); a folder there stays
+            for p in self.path.glob(f"{SWEEP}.*.tmp"):  # a planning slice's own (write_sweep_first)
+                if re.fullmatch(rf"{re.escape(SWEEP)}\.\d+\.tmp", p.name):
+                    discard(p)
         return held
 
     def holds_run(self) -> bool:
@@ -689,6 +693,30 @@ def _num(s: str) -> float:
 
 def write_sweep(root: Path, runs: list[dict], meta: dict) -> None:
     write_json(root / SWEEP, {**meta, "runs": runs})
+
+
+def write_sweep_first(root: Path, runs: list[dict], meta: dict) -> bool:
+    """``sweep.json`` written only if no other process has written it (the slices of a sharded sweep plan at
+    once, under a shared lock): through this process's own temporary file and a hard link, which fails where
+    the name exists, so the first plan is every slice's. Returns whether this process's plan is the one. (The
+    one temporary name of :func:`write_atomic` let two slices remove or rename each other's file: "cannot
+    write sweep.json".)"""
+    path = root / SWEEP
+    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"
+    try:
+        with open_new(tmp) as f:
+            f.write(json.dumps({**meta, "runs": runs}, indent=2, default=_json_default) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: replaced, as write_atomic does
+            os.replace(tmp, path)
+        return True
+    except OSError as e:
+        raise WriteError(path, e) from None
+    finally:
+        discard(tmp)
 
 
 def read_sweep(root: str | os.PathLike) -> dict:

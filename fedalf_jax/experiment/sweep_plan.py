@@ -20,7 +20,7 @@ from typing import Iterable, Optional
 from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError, declared_hparams
 from ..notices import Notice
 from .identity import USED_BY, flat_options, identity_digest, ignored_options
-from .rundir import RunDir, read_sweep, write_sweep
+from .rundir import RunDir, read_sweep, write_sweep, write_sweep_first
 
 _SHORT = {"lr": "lr", "lr_decay": "lrdecay", "server_lr": "slr", "server_lr_decay": "slrdecay", "mu": "mu",
           "rho": "rho", "q": "q", "epsilon": "eps", "delta": "delta", "clip": "clip"}
@@ -240,7 +240,11 @@ def plan(configs: list[Config], out: str | Path, meta: Optional[dict] = None, *,
     root = Path(out)
     if not _planned(configs, root, same=same):
         runs = [{"name": n, "dir": n, "config": c.to_dict()} for n, c in zip(run_names(configs), configs)]
-        write_sweep(root, runs, {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})})
+        meta = {"created": time.strftime("%Y-%m-%d %H:%M:%S"), **(meta or {})}
+        if not same:
+            write_sweep(root, runs, meta)
+        elif not write_sweep_first(root, runs, meta):  # another slice planned it meanwhile: the same sweep?
+            _planned(configs, root, same=True)
 
 
 def _planned(configs: list[Config], root: Path, *, same: bool) -> bool:
