@@ -119,7 +119,11 @@ def _jax_cache_folder() -> Optional[str]:
     try:
         return jax.config.read("jax_compilation_cache_dir")
     except AttributeError:  # JAX 0.10 reads a flag that has a context manager as an attribute only
+        pass
+    try:
         return getattr(jax.config, "jax_compilation_cache_dir")
+    except AttributeError:  # a JAX that reads it neither way: what the environment gave it
+        return os.environ.get("JAX_COMPILATION_CACHE_DIR") or None
 
 
 def configure_for_api() -> None:
