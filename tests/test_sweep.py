@@ -279,6 +279,19 @@ def test_slices_that_plan_at_once_keep_the_first_plan_and_leave_no_temporary_fil
     assert read_sweep(root)["chunk"] == 3
     assert sorted(p.name for p in root.iterdir()) == ["sweep.json"]  # no slice's temporary file left
 
+
+def test_a_sweep_json_write_leaves_another_slices_temporary_file_alone(tmp_path):
+    """Every slice of a sharded sweep rewrites sweep.json on `--resume --rounds N`, at once: a write through the
+    one name sweep.json.tmp removed the file another slice was writing there (then its rename failed)."""
+    from fedalf_jax.experiment.rundir import read_sweep, write_sweep
+    root = tmp_path / "sw"
+    root.mkdir()
+    theirs = root / "sweep.json.tmp"  # another slice's write in flight, by the old name
+    theirs.write_text("half a plan")
+    write_sweep(root, [], {"chunk": 3})
+    assert theirs.read_text() == "half a plan" and read_sweep(root)["chunk"] == 3
+    assert sorted(p.name for p in root.iterdir()) == ["sweep.json", "sweep.json.tmp"]  # none of this write's left
+
 # ---- issue #13, item 10: the glue of sharding, resume and the GPU's batching -----------------------
 
 def test_shard_slices_are_nonempty_disjoint_and_cover_a_sweep_of_several_combinations(tmp_path, monkeypatch):

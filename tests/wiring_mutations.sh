@@ -1144,4 +1144,6 @@ mutate fedalf_jax/experiment/sweep_plan.py "        if not same:
             write_sweep(root, runs, meta)" "plan49: a later slice's plan replaces the first" "tests/test_sweep.py -k plan_at_once"
 mutate fedalf_jax/experiment/rundir.py "            os.link(tmp, path)" "            os.replace(tmp, path)" \
   "plan49: sweep.json replaced, not linked only where absent" "tests/test_sweep.py -k plan_at_once"
+mutate fedalf_jax/experiment/rundir.py '    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"' '    tmp = root / f"{SWEEP}.tmp"' \
+  "plan49: sweep.json written through the one shared temporary name" "tests/test_sweep.py -k temporary_file_alone"
 exit $status

@@ -175,7 +175,11 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+    write_atomic(path, _json_text(obj))
+
+
+def _json_text(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=_json_default) + "\n"
 
 
 def _json_default(o):
@@ -293,7 +297,7 @@ class RunDir:
         if not shared:
             for name in TEMPORARIES:
                 discard(self.path / name)  # a file or a link (never followed); a folder there stays
-            for p in self.path.glob(f"{SWEEP}.*.tmp"):  # a planning slice's own (write_sweep_first)
+            for p in self.path.glob(f"{SWEEP}.*.tmp"):  # a sweep slice's own (write_sweep)
                 if re.fullmatch(rf"{re.escape(SWEEP)}\.\d+\.tmp", p.name):
                     discard(p)
         return held
@@ -692,26 +696,34 @@ def _num(s: str) -> float:
 # ---- sweeps ---------------------------------------------------------------------------------------
 
 def write_sweep(root: Path, runs: list[dict], meta: dict) -> None:
-    write_json(root / SWEEP, {**meta, "runs": runs})
+    """``sweep.json`` written (replaced), through this process's own temporary file: the slices of a sharded
+    sweep hold the folder shared and write it at once (``--resume --rounds N``). The one temporary name of
+    :func:`write_atomic` let two of them remove or rename each other's file: "cannot write sweep.json"."""
+    _write_sweep(root, {**meta, "runs": runs}, first=False)
 
 
 def write_sweep_first(root: Path, runs: list[dict], meta: dict) -> bool:
     """``sweep.json`` written only if no other process has written it (the slices of a sharded sweep plan at
-    once, under a shared lock): through this process's own temporary file and a hard link, which fails where
-    the name exists, so the first plan is every slice's. Returns whether this process's plan is the one. (The
-    one temporary name of :func:`write_atomic` let two slices remove or rename each other's file: "cannot
-    write sweep.json".)"""
+    once): a hard link of this process's own temporary file, which fails where the name exists, so the first
+    plan is every slice's. Returns whether this process's plan is the one."""
+    return _write_sweep(root, {**meta, "runs": runs}, first=True)
+
+
+def _write_sweep(root: Path, obj: dict, *, first: bool) -> bool:
     path = root / SWEEP
-    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"
+    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"  # removed by an exclusive hold if a kill leaves it (RunDir.lock)
     try:
         with open_new(tmp) as f:
-            f.write(json.dumps({**meta, "runs": runs}, indent=2, default=_json_default) + "\n")
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # a file system without hard links: replaced, as write_atomic does
-            os.replace(tmp, path)
+            f.write(_json_text(obj))
+        if first:
+            try:
+                os.link(tmp, path)
+                return True
+            except FileExistsError:
+                return False
+            except OSError:  # a file system without hard links: replaced, as below
+                pass
+        os.replace(tmp, path)
         return True
     except OSError as e:
         raise WriteError(path, e) from None
