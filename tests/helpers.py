@@ -1,10 +1,12 @@
 """Helpers the tests share (import them as ``from helpers import ...``: tests/ is on the path)."""
 
 import hashlib
+import time
 from pathlib import Path
 
 import flax.linen as nn
 import jax.numpy as jnp
+import pytest
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.rundir import LOCK, RunDir
@@ -79,3 +81,14 @@ def cli_resume_equals_one_go(tmp_path: Path, algorithm: str) -> None:
     assert set(resumed.metrics.columns) == set(whole.metrics.columns)
     np.testing.assert_array_equal(resumed.metrics[cols].to_numpy(), whole.metrics[cols].to_numpy())
     chex.assert_trees_all_equal(dict(resumed.model), dict(whole.model))
+
+
+def wait_for(cond, proc, *, timeout: float = 180, poll: float = 0.01) -> None:
+    """Polls ``cond()`` every ``poll`` s until it holds; the test fails (the process killed, its output shown)
+    when the subprocess ``proc`` ends first or ``timeout`` s pass."""
+    deadline = time.time() + timeout
+    while not cond():
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail(f"the process ended or hung before the condition: {proc.communicate()}")
+        time.sleep(poll)

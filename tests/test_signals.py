@@ -20,6 +20,7 @@ import pytest
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.rundir import RunDir
+from helpers import wait_for
 
 TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "4", "--clients-per-round", "2",
         "--synthetic-train", "200", "--synthetic-test", "80", "--rounds", "2", "--eval-every", "1",
@@ -39,12 +40,7 @@ def _rounds(folder: Path) -> list:
 
 
 def _wait_for(cond, proc, timeout=180):
-    deadline = time.time() + timeout
-    while not cond():
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"the process ended or hung before the condition: {proc.communicate()}")
-        time.sleep(0.005)
+    wait_for(cond, proc, timeout=timeout, poll=0.005)
 
 
 def _rows(csv: Path) -> int:

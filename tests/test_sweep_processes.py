@@ -15,6 +15,7 @@ import pytest
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.rundir import RunDir
+from helpers import wait_for
 
 FLAGS = ["--dataset", "synthetic", "--clients", "8", "--clients-per-round", "3", "--synthetic-train", "240",
          "--synthetic-test", "60", "--algorithm", "fedavg", "--model", "mlp", "--seeds", "0", "1", "2",
@@ -115,12 +116,7 @@ def _rows(folder: Path) -> int:
 
 
 def _wait_for(cond, proc, timeout=120):
-    deadline = time.time() + timeout
-    while not cond():
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"the sweep ended or hung before the condition: {proc.communicate()}")
-        time.sleep(0.01)
+    wait_for(cond, proc, timeout=timeout, poll=0.01)
 
 
 def _start(out: Path, *flags):
@@ -198,18 +194,23 @@ def test_sigterm_while_the_parent_computes_its_slice_stops_both_and_says_how_to_
     _stopped_early(sw / "fedavg_rounds400", 400)  # round in flight and saved
 
 
+def _parent_waiting(sw: Path):
+    """A 2-process sweep whose parent's slice (the 10-round run) has ended while its child's (the 600-round
+    run) computes: ``(parent, [child pid], short run's folder, long run's folder)``."""
+    short, long_ = sw / "fedavg_rounds10", sw / "fedavg_rounds600"
+    proc = _start(sw, "--rounds", "10", "600", "--eval-every", "10", "--seeds", "0")
+    _wait_for(lambda: RunDir(short).status() == "done" and _rows(long_) >= 3, proc)
+    kids = _children(proc.pid)
+    assert len(kids) == 1, kids
+    return proc, kids, short, long_
+
+
 @needs_proc
 def test_sigterm_once_the_parent_waits_for_its_children_is_passed_on(tmp_path, compile_cache):
     # Two runs of unequal length: slice 0/2 (the parent) the 10-round one, slice 1/2 (the child) the 600-round
     # one. The signal once the parent's run has ended: the parent then only waits (today's parent left the
     # child computing, with no continue line).
-    opts = ["--rounds", "10", "600", "--eval-every", "10", "--seeds", "0"]
-    sw = tmp_path / "sw"
-    short, long_ = sw / "fedavg_rounds10", sw / "fedavg_rounds600"
-    proc = _start(sw, *opts)
-    _wait_for(lambda: RunDir(short).status() == "done" and _rows(long_) >= 3, proc)
-    kids = _children(proc.pid)
-    assert len(kids) == 1, kids
+    proc, kids, short, long_ = _parent_waiting(tmp_path / "sw")
     time.sleep(0.5)  # the parent past its slice's last lines, into its wait
     assert _alive(kids[0]) and RunDir(long_).status() == "running"  # the child computing still
     err = _stop(proc, kids)
@@ -225,13 +226,7 @@ def test_ctrl_c_to_the_terminals_process_group_reaches_a_child_once_and_it_saves
     # A terminal's Ctrl-C goes to its foreground process group. A child in the parent's group got it twice
     # (from the terminal, then passed on): the second made it leave unsaved (its rounds since the last
     # checkpoint lost, here all of them; 2 of 3 tries), while the parent's line said every round was saved.
-    opts = ["--rounds", "10", "600", "--eval-every", "10", "--seeds", "0"]
-    sw = tmp_path / "sw"
-    short, long_ = sw / "fedavg_rounds10", sw / "fedavg_rounds600"
-    proc = _start(sw, *opts)
-    _wait_for(lambda: RunDir(short).status() == "done" and _rows(long_) >= 3, proc)
-    kids = _children(proc.pid)
-    assert len(kids) == 1, kids
+    proc, kids, short, long_ = _parent_waiting(tmp_path / "sw")
     assert os.getpgid(kids[0]) != os.getpgid(proc.pid)  # the child outside the group a Ctrl-C reaches
     time.sleep(0.5)
     _stop(proc, kids, signal.SIGINT, group=True)  # exit 130

@@ -21,7 +21,7 @@ import pytest
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.rundir import RunDir
-from helpers import cli as _cli, hashes as _hashes, one_line_error as _one_line_error, rounds as _rounds
+from helpers import cli as _cli, hashes as _hashes, one_line_error as _one_line_error, rounds as _rounds, wait_for
 
 TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "4", "--clients-per-round", "2",
         "--synthetic-train", "200", "--synthetic-test", "80", "--rounds", "2", "--eval-every", "1",
@@ -278,12 +278,7 @@ def _start(out: Path, *extra):
 
 
 def _wait_for(cond, proc, timeout=180):
-    deadline = time.time() + timeout
-    while not cond():
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"the run ended or hung before the condition: {proc.communicate()}")
-        time.sleep(0.05)
+    wait_for(cond, proc, timeout=timeout, poll=0.05)
 
 
 def test_ctrl_c_saves_the_last_finished_round_and_exits_130(tmp_path, compile_cache):
