@@ -254,7 +254,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
         S.resume(root, chunk=chunk, progress=progress)
     else:
         S.sweep(configs, out, chunk=chunk, progress=progress)
-    from .experiment.rundir import read_sweep
+    from .experiment.sweepdir import read_sweep
     entries = read_sweep(root)["runs"]
     return SweepResult(root, [load(root / e["dir"]) for e in entries], [e["name"] for e in entries])
 

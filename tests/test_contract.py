@@ -193,7 +193,7 @@ def test_a_server_state_holding_one_array_twice_runs(tmp_path):
 def test_old_signatures_and_builtins_keep_their_columns(tmp_path):
     """An algorithm written for the old contract (six positional arguments, two results) runs as before,
     and a built-in's metrics.csv has today's columns."""
-    from fedalf_jax.experiment.rundir import metric_columns
+    from fedalf_jax.experiment.columns import metric_columns
     res = fj.run(_cfg("fedavg", rounds=1, out=str(tmp_path / "a")), progress=False)
     with open(tmp_path / "a" / "metrics.csv") as f:
         assert f.readline().strip().split(",") == metric_columns(3)

@@ -77,7 +77,7 @@ def test_ditto_example_matches_two_rounds_computed_by_hand(tmp_path):
     assert [float(r["personal_acc"]) for r in rows] == pytest.approx([1 / 3, 1.0, 1.0])
     assert [float(r["mean_acc"]) for r in rows] == pytest.approx([1 / 3] * 3)
     # the columns: fedalf's own, the personalised ones, the per-client accuracies
-    from fedalf_jax.experiment.rundir import PERSONAL_KEYS, metric_columns
+    from fedalf_jax.experiment.columns import PERSONAL_KEYS, metric_columns
     assert list(rows[0]) == metric_columns(3, PERSONAL_KEYS)
     assert res.metrics["personal_acc"].tolist() == pytest.approx([1 / 3, 1.0, 1.0])
     assert fj.load(out).metrics["personal_test_loss"].tolist() == pytest.approx(
@@ -119,7 +119,7 @@ def test_ditto_with_bfloat16_states_evaluates_them_in_float32():
 
 
 def test_builtins_have_no_personal_columns(tmp_path):
-    from fedalf_jax.experiment.rundir import metric_columns
+    from fedalf_jax.experiment.columns import metric_columns
     res = fj.run(_cfg("fedavg", rounds=1, out=str(tmp_path / "a")), progress=False)
     assert list(_metrics_csv(tmp_path / "a")[0]) == metric_columns(3)
     assert not any(c.startswith("personal") for c in res.metrics.columns)

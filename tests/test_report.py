@@ -11,7 +11,8 @@ import pytest
 from fedalf_jax.cli import main
 from fedalf_jax.experiment.config import Config, ConfigError
 from fedalf_jax.reporting import load_runs, name_variants, report
-from fedalf_jax.experiment.rundir import RunDir, find_runs, write_sweep
+from fedalf_jax.experiment.rundir import RunDir
+from fedalf_jax.experiment.sweepdir import find_runs, write_sweep
 
 ROUNDS = 50
 EVAL_ROUNDS = np.arange(0, ROUNDS + 1, 10)                      # 6 evaluations

@@ -21,7 +21,8 @@ from fedalf_jax.cli import main
 from fedalf_jax.experiment import progress as P
 from fedalf_jax.experiment import sweep as S
 from fedalf_jax.experiment.config import Config
-from fedalf_jax.experiment.rundir import PERSONAL_KEYS, RunDir
+from fedalf_jax.experiment.columns import PERSONAL_KEYS
+from fedalf_jax.experiment.rundir import RunDir
 from fedalf_jax.reporting import report
 
 ROOT = Path(__file__).resolve().parents[1]

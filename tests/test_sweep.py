@@ -11,9 +11,10 @@ import pytest
 from fedalf_jax.cli import main
 from fedalf_jax.experiment import loop, programs
 from fedalf_jax.experiment.config import Config
-from fedalf_jax.experiment.rundir import RunDir, find_runs
+from fedalf_jax.experiment.rundir import RunDir
 from fedalf_jax.experiment.sweep import resume, sweep
 from fedalf_jax.experiment.sweep_plan import expand, run_names, static_key
+from fedalf_jax.experiment.sweepdir import find_runs
 
 TINY = ["--dataset", "synthetic", "--model", "mlp", "--clients", "8", "--clients-per-round", "3",
         "--synthetic-train", "600", "--synthetic-test", "160", "--batch-size", "20", "--rounds", "4",
@@ -269,7 +270,7 @@ def test_slices_that_plan_at_once_keep_the_first_plan_and_leave_no_temporary_fil
     5 hand-started pairs, issue 49), or the later plan replaced the earlier one's chunk under the slice already
     running it. Now the first plan is every slice's (write_sweep_first: a hard link that fails where it exists)."""
     from fedalf_jax.experiment import sweep_plan
-    from fedalf_jax.experiment.rundir import read_sweep
+    from fedalf_jax.experiment.sweepdir import read_sweep
     cfgs = expand(BASE, {}, [0, 1])
     root = tmp_path / "sw"
     root.mkdir()
@@ -283,7 +284,7 @@ def test_slices_that_plan_at_once_keep_the_first_plan_and_leave_no_temporary_fil
 def test_a_sweep_json_write_leaves_another_slices_temporary_file_alone(tmp_path):
     """Every slice of a sharded sweep rewrites sweep.json on `--resume --rounds N`, at once: a write through the
     one name sweep.json.tmp removed the file another slice was writing there (then its rename failed)."""
-    from fedalf_jax.experiment.rundir import read_sweep, write_sweep
+    from fedalf_jax.experiment.sweepdir import read_sweep, write_sweep
     root = tmp_path / "sw"
     root.mkdir()
     theirs = root / "sweep.json.tmp"  # another slice's write in flight, by the old name

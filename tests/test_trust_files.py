@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fedalf_jax.cli import main
 from fedalf_jax.experiment import rundir as R
+from fedalf_jax.experiment.sweepdir import read_sweep
 from fedalf_jax.experiment.writers import CsvWriter
 
 from test_trust import REPO, TINY, _cli, _one_line_error, _rounds
@@ -132,7 +133,7 @@ def test_links_at_the_temporary_names_never_send_a_write_outside(tmp_path, capsy
     assert main(["sweep", *TINY, "--seeds", "0", "--shard", "0/1", "--out", str(sw)]) == 0
     assert main(["sweep", "--resume", "--rounds", "3", "--shard", "0/1", "--no-progress", "--out", str(sw)]) == 0
     assert list(outside.iterdir()) == []
-    assert R.read_sweep(sw)["runs"][0]["config"]["rounds"] == 3 and not (sw / "sweep.json").is_symlink()
+    assert read_sweep(sw)["runs"][0]["config"]["rounds"] == 3 and not (sw / "sweep.json").is_symlink()
 
 
 def test_a_tb_link_gets_no_event_files_and_overwrite_leaves_it_alone(tmp_path, capsys):

@@ -108,7 +108,7 @@ mutate fedalf_jax/experiment/loop.py "                    ckpt.wait()  # the pre
   "trust: a failed checkpoint is seen late (after more rounds)" "$T -k failed_checkpoint"
 mutate fedalf_jax/experiment/rundir.py "for name in TEMPORARIES:" "for name in [p.name for p in self.path.glob('*.tmp*')]:" \
   "trust: every *.tmp* file is removed" "$T -k temporary"
-mutate fedalf_jax/experiment/rundir.py 'if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:' 'if False:' \
+mutate fedalf_jax/experiment/sweepdir.py 'if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:' 'if False:' \
   "trust: sweep.json may point outside its folder" "$T -k outside_its_folder"
 mutate fedalf_jax/experiment/loop.py "        if final or interrupted:" \
   "        if final:" "trust: Ctrl-C drops the rounds since the last timed checkpoint" "$T -k saves_the_last"
@@ -470,7 +470,7 @@ mutate fedalf_jax/sim/default_client.py '    pen = client_fn(alg, "personal.pena
 mutate fedalf_jax/sim/default_client.py '    v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)' '    v0 = client_fn(alg, "personal.start", p.start, theta, theta, hp, bcast, facts)' \
   "personal: v_i trained from θ, not its start" \
   "$PT -k ditto_example"
-mutate fedalf_jax/experiment/rundir.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
+mutate fedalf_jax/experiment/columns.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
   '    return [*alg.metrics, *avg]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
 mutate fedalf_jax/reporting/tables.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
   "personal: the report leaves out the personalised models" "$PT -k ditto_example"
@@ -1142,8 +1142,8 @@ mutate fedalf_jax/cli.py "        n = size + (i < extra)" "        n = size" "pi
 mutate fedalf_jax/experiment/sweep_plan.py "        if not same:
             write_sweep(root, runs, meta)" "        if True:
             write_sweep(root, runs, meta)" "plan49: a later slice's plan replaces the first" "tests/test_sweep.py -k plan_at_once"
-mutate fedalf_jax/experiment/rundir.py "            os.link(tmp, path)" "            os.replace(tmp, path)" \
+mutate fedalf_jax/experiment/sweepdir.py "            os.link(tmp, path)" "            os.replace(tmp, path)" \
   "plan49: sweep.json replaced, not linked only where absent" "tests/test_sweep.py -k plan_at_once"
-mutate fedalf_jax/experiment/rundir.py '    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"' '    tmp = root / f"{SWEEP}.tmp"' \
+mutate fedalf_jax/experiment/sweepdir.py '    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"' '    tmp = root / f"{SWEEP}.tmp"' \
   "plan49: sweep.json written through the one shared temporary name" "tests/test_sweep.py -k temporary_file_alone"
 exit $status

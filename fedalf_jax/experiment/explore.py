@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional
 
-from .rundir import RunDir, find_runs
+from .rundir import RunDir
+from .sweepdir import find_runs
 
 
 class NoRunsError(FileNotFoundError):

@@ -42,7 +42,8 @@ from . import metrics as M
 from .build import build
 from .config import Config, ConfigError
 from .progress import Progress, stage
-from .rundir import PERSONAL_KEYS, RunDir, extra_columns, scalars_of
+from .columns import PERSONAL_KEYS, extra_columns, scalars_of
+from .rundir import RunDir
 from .writers import WriteError
 # the compiled programs (experiment/programs.py); their names are imported from here too
 from .programs import (_PROGRAMS, _TRACE_OPTIONS, Program, default_run_map, map_runs,  # noqa: F401
@@ -175,7 +176,7 @@ def eval_row(t: int, out, train_loss, sec: float) -> dict:
         row.update(zip(PERSONAL_KEYS, (p["mean_acc"], p["std_acc"], p["angle_deg"], p["worst10_acc"],
                                        float(np.mean(ev.personal_loss)))))
     row.update({k: float(np.mean(v)) if np.size(v) else math.nan for k, v in rounds.items()})
-    if ev.avg_acc is not None:  # the averaged iterate (--eval-average): rundir.average_columns
+    if ev.avg_acc is not None:  # the averaged iterate (--eval-average): columns.average_columns
         a = np.asarray(ev.avg_acc, np.float64)
         row.update({f"avg_{k}": v for k, v in M.summarize(a).items()}, avg_test_loss=float(np.mean(ev.avg_test_loss)))
         row.update({f"avg_acc_{i}": float(x) for i, x in enumerate(a)})

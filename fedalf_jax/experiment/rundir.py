@@ -4,7 +4,8 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
 
     config.json      every option of the run (``fedalf run --config DIR/config.json`` reruns it)
     clients.json     the data source and each client's classes and sample counts
-    metrics.csv      one row per evaluation: round, mean_acc, angle, ..., acc_0 .. acc_{N-1}
+    metrics.csv      one row per evaluation: round, mean_acc, angle, ..., acc_0 .. acc_{N-1} (the columns
+                     and their order: :mod:`.columns`)
     checkpoint.npz   the run state at the last checkpoint (``--resume`` continues from it)
     checkpoint.prev.npz   the one before (``fedalf run``: the fallback when the last one is damaged;
                      a sweep's runs keep only their last checkpoint, see :meth:`RunDir.save_checkpoint`)
@@ -13,7 +14,9 @@ A run directory (what ``fedalf run --out DIR`` writes, and what ``fedalf sweep``
     tb/              TensorBoard scalars (``--log tensorboard`` only): ``events.out.tfevents.*`` files, the
                      only ones ``--overwrite`` removes there (a user's own files in ``tb/`` stay)
 
-A sweep directory holds ``sweep.json`` (the list of its runs) and one run directory per run.
+A sweep directory holds ``sweep.json`` (the list of its runs: :mod:`.sweepdir`, which also finds the run
+directories that paths name) and one run directory per run; the folder's lock, the names of the files a
+folder may hold and the removal of their stale temporary files (a sweep's too) are this module's.
 ``fedalf report``, ``fedalf sweep --resume``, the notebooks and the experiment scripts read these
 files only through this module. Files other than ``metrics.csv`` are replaced atomically (written to
 a temporary name, then renamed), so a killed process never leaves half a JSON or checkpoint behind
@@ -28,15 +31,14 @@ read back whole before it replaces the one before); one process writes a folder 
 (``.fedalf.lock``, an OS lock released on any exit), and nothing in a folder is removed or written
 before its lock is held (a command refused because another process writes the folder changes nothing
 in it); a failed write raises :class:`WriteError` at once; every path read from ``sweep.json`` must lie
-inside the sweep's folder; no write follows a symbolic link planted in a folder (a run folder received
-as a tarball): the lock is opened with ``O_NOFOLLOW`` (a link there is refused in one line), the
-temporary files are created anew (``O_EXCL``) and renamed over the name, which replaces a link there
-rather than writing through it, and a ``tb`` link is refused for ``--log tensorboard``.
+inside the sweep's folder (:func:`.sweepdir.read_sweep`); no write follows a symbolic link planted in a
+folder (a run folder received as a tarball): the lock is opened with ``O_NOFOLLOW`` (a link there is
+refused in one line), the temporary files are created anew (``O_EXCL``) and renamed over the name, which
+replaces a link there rather than writing through it, and a ``tb`` link is refused for ``--log tensorboard``.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -52,8 +54,8 @@ from typing import Any, Iterable, Optional
 import jax
 import numpy as np
 
-from ..sim.round import METRIC_KEYS
 from ..notices import Notice
+from .columns import metric_columns
 from .config import DATASETS, Config, ConfigError
 from .identity import check_code, from_run, identity_diff, identity_digest, say_code
 from .writers import (NOFOLLOW, PER_CLIENT_PREFIX, CsvWriter, TensorBoardWriter, WriteError, discard, open_new,
@@ -75,80 +77,6 @@ TB_EVENTS = "events.out.tfevents.*"  # the event files TensorBoardWriter (tensor
 # names of the atomic writes (removed once a writer holds the folder: nothing else is ever deleted)
 RUN_FILES = (CONFIG, CLIENTS, METRICS, SUMMARY, CHECKPOINT, PREV_CHECKPOINT)
 TEMPORARIES = tuple(tmp_name(n) for n in (*RUN_FILES, SWEEP)) + ("checkpoint.npz.tmp.npz",)  # (older name)
-
-SUMMARY_KEYS = ("mean_acc", "angle", "angle_deg", "std_acc", "worst10_acc", "best10_acc")
-EVAL_KEYS = SUMMARY_KEYS + ("test_loss", "train_loss", "seconds_per_round")
-
-
-PERSONAL_KEYS = ("personal_acc", "personal_std_acc", "personal_angle_deg", "personal_worst10_acc",
-                 "personal_test_loss")
-"""The columns of an algorithm with a ``personal_model``: each client's own model on its test split (mean,
-std and worst 10% accuracy, fairness angle in degrees, mean test loss), beside the global model's."""
-
-
-AVERAGE_PREFIX = "avg_"
-AVERAGE_KEYS = tuple(AVERAGE_PREFIX + k for k in (*SUMMARY_KEYS, "test_loss"))
-"""The columns of a run with ``eval_average`` (issue 48): the averaged iterate θ̄_t = mean(θ_1..θ_t) on every
-client's test split (θ_0 at round 0), as the last iterate's columns, then each client's accuracy ``avg_acc_i``."""
-
-
-def average_columns(cfg) -> list[str]:
-    """:data:`AVERAGE_KEYS` and ``avg_acc_0 .. avg_acc_{N−1}`` when ``cfg.eval_average``; none otherwise."""
-    if cfg is None or not getattr(cfg, "eval_average", False):
-        return []
-    return [*AVERAGE_KEYS, *(f"{AVERAGE_PREFIX}{PER_CLIENT_PREFIX}{i}" for i in range(cfg.clients))]
-
-
-def extra_columns(alg, cfg=None) -> list[str]:
-    """The columns ``metrics.csv`` has beyond fedalf's own for algorithm ``alg``: :data:`PERSONAL_KEYS` when it
-    has a ``personal_model``, then its own metrics (``Algorithm.metrics``), then the averaged iterate's
-    (:func:`average_columns`, with ``cfg.eval_average``)."""
-    avg = average_columns(cfg)
-    clash = [k for k in alg.metrics if k in PERSONAL_KEYS or k in avg]
-    if clash:
-        raise ConfigError(f"the algorithm's metric name {clash[0]!r} is one of fedalf's personalised-model or "
-                          f"averaged-iterate (avg_*) columns; rename it in Algorithm(metrics=...)")
-    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]
-
-
-def metric_columns(num_clients: int, extra: Iterable[str] = ()) -> list[str]:
-    """The columns of ``metrics.csv``; ``extra``: the algorithm's own metrics (``Algorithm.metrics``), after
-    the round's and before the clients' accuracies."""
-    extra = list(extra)
-    own = ["round", *EVAL_KEYS, *METRIC_KEYS]
-    for k in extra:
-        if not isinstance(k, str) or not k or k in own or k.startswith(PER_CLIENT_PREFIX) or extra.count(k) > 1:
-            raise ConfigError(f"the algorithm's metric name {k!r} is empty, repeated, or one of fedalf's own "
-                              f"metrics.csv columns; rename it in Algorithm(metrics=...)")
-    return own + extra + [f"{PER_CLIENT_PREFIX}{i}" for i in range(num_clients)]
-
-
-def columns_of_file(path: Path, num_clients: int) -> list[str]:
-    """The columns a ``metrics.csv`` written for ``num_clients`` clients must have, with the algorithm's own
-    metrics as its header names them (between the round's columns and the accuracies): for a reader that
-    does not build the algorithm (the report)."""
-    own = metric_columns(num_clients)
-    try:
-        with open(path, newline="") as f:
-            header = next(csv.reader(f), [])
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return own
-    k = len(own) - num_clients
-    if header[:k] != own[:k]:
-        return own
-    extra = [c for c in header[k:] if not c.startswith(PER_CLIENT_PREFIX)]
-    try:
-        return metric_columns(num_clients, extra)
-    except ConfigError:
-        return own
-
-
-def scalars_of(row: dict) -> dict:
-    """A loop row (with an ``acc`` vector) as flat scalars for the metric writers."""
-    out = {k: float(v) for k, v in row.items() if k not in ("acc", "round")}
-    out.update({f"{PER_CLIENT_PREFIX}{i}": float(a) for i, a in enumerate(row["acc"])})
-    return out
-
 
 def run_identity(cfg: Config) -> dict:
     """What a checkpoint records of the run that wrote it: ``cfg``'s identity (:meth:`Config.identity`) and,
@@ -297,7 +225,7 @@ class RunDir:
         if not shared:
             for name in TEMPORARIES:
                 discard(self.path / name)  # a file or a link (never followed); a folder there stays
-            for p in self.path.glob(f"{SWEEP}.*.tmp"):  # a sweep slice's own (write_sweep)
+            for p in self.path.glob(f"{SWEEP}.*.tmp"):  # a sweep slice's own (sweepdir.write_sweep)
                 if re.fullmatch(rf"{re.escape(SWEEP)}\.\d+\.tmp", p.name):
                     discard(p)
         return held
@@ -691,82 +619,3 @@ def _num(s: str) -> float:
         return float(s)
     except ValueError:
         return math.nan
-
-
-# ---- sweeps ---------------------------------------------------------------------------------------
-
-def write_sweep(root: Path, runs: list[dict], meta: dict) -> None:
-    """``sweep.json`` written (replaced), through this process's own temporary file: the slices of a sharded
-    sweep hold the folder shared and write it at once (``--resume --rounds N``). The one temporary name of
-    :func:`write_atomic` let two of them remove or rename each other's file: "cannot write sweep.json"."""
-    _write_sweep(root, {**meta, "runs": runs}, first=False)
-
-
-def write_sweep_first(root: Path, runs: list[dict], meta: dict) -> bool:
-    """``sweep.json`` written only if no other process has written it (the slices of a sharded sweep plan at
-    once): a hard link of this process's own temporary file, which fails where the name exists, so the first
-    plan is every slice's. Returns whether this process's plan is the one."""
-    return _write_sweep(root, {**meta, "runs": runs}, first=True)
-
-
-def _write_sweep(root: Path, obj: dict, *, first: bool) -> bool:
-    path = root / SWEEP
-    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"  # removed by an exclusive hold if a kill leaves it (RunDir.lock)
-    try:
-        with open_new(tmp) as f:
-            f.write(_json_text(obj))
-        if first:
-            try:
-                os.link(tmp, path)
-                return True
-            except FileExistsError:
-                return False
-            except OSError:  # a file system without hard links: replaced, as below
-                pass
-        os.replace(tmp, path)
-        return True
-    except OSError as e:
-        raise WriteError(path, e) from None
-    finally:
-        discard(tmp)
-
-
-def read_sweep(root: str | os.PathLike) -> dict:
-    """``sweep.json``, checked: a list of runs, each with a name, a config object and a ``dir`` that is a
-    relative path resolving inside ``root`` (a sweep file never sends reads or writes elsewhere)."""
-    path = Path(root) / SWEEP
-    d = _read_json(path)
-    if d is None:
-        raise ConfigError(f"{path} not found; is {root} a sweep directory (fedalf sweep --out)?")
-    runs = d.get("runs")
-    if not isinstance(runs, list):
-        raise ConfigError(f"{path} has no list of runs; restore it or rerun the sweep")
-    top = Path(root).resolve()
-    for i, r in enumerate(runs):
-        if not (isinstance(r, dict) and isinstance(r.get("dir"), str) and isinstance(r.get("config", {}), dict)
-                and isinstance(r.get("name", ""), str)):
-            raise ConfigError(f"{path}: run {i} is not a {{name, dir, config}} object; restore the file")
-        p = Path(r["dir"])
-        if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:
-            raise ConfigError(f"{path}: run {i}'s dir {r['dir']!r} is not a folder inside {root}; a sweep's runs "
-                              f"live in its own folder (restore the file)")
-    return d
-
-
-def find_runs(paths: Iterable[str | os.PathLike]) -> list[RunDir]:
-    """Run directories named by ``paths``: run directories themselves, sweep directories (their
-    ``sweep.json`` runs), or any folder (every run directory below it). Sorted, without repeats."""
-    found: dict[Path, RunDir] = {}
-    for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise ConfigError(f"{p} does not exist; pass run or sweep directories")
-        if (p / CONFIG).is_file():
-            cands = [p]
-        elif (p / SWEEP).is_file():
-            cands = [p / r["dir"] for r in read_sweep(p)["runs"]]
-        else:
-            cands = sorted(c.parent for c in p.rglob(CONFIG))
-        for c in cands:
-            found.setdefault(c.resolve(), RunDir(c))
-    return [found[k] for k in sorted(found)]

@@ -45,10 +45,12 @@ from .config import Config, ConfigError
 from .identity import from_run
 from .loop import INTERRUPT, Interrupted, Program, Slot, default_run_map, train
 from .progress import Progress
-from .rundir import METRICS, RunDir, extra_columns, metric_columns, read_sweep, write_sweep
+from .columns import extra_columns, metric_columns
+from .rundir import METRICS, RunDir
 from .sweep_memory import _avals, _sds, check_disk, choose_chunk
 from .sweep_plan import _planned, distinct, plan, static_key
 from .sweep_plan import expand  # noqa: F401 - public: notebooks/explore_runs.ipynb calls sweep.expand
+from .sweepdir import read_sweep, write_sweep
 from .writers import read_csv_rows
 
 def sweep(configs: list[Config], out: str | Path, *, chunk: Optional[int] = None, progress: bool = True,

@@ -20,7 +20,8 @@ from typing import Iterable, Optional
 from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError, declared_hparams
 from ..notices import Notice
 from .identity import USED_BY, flat_options, identity_digest, ignored_options
-from .rundir import RunDir, read_sweep, write_sweep, write_sweep_first
+from .rundir import RunDir
+from .sweepdir import read_sweep, write_sweep, write_sweep_first
 
 _SHORT = {"lr": "lr", "lr_decay": "lrdecay", "server_lr": "slr", "server_lr_decay": "slrdecay", "mu": "mu",
           "rho": "rho", "q": "q", "epsilon": "eps", "delta": "delta", "clip": "clip"}

@@ -111,7 +111,7 @@ def read_csv_rows(path: str | Path, width: int | None = None, *, columns: Iterab
     """The data rows of a ``metrics.csv``-like file (a header, then one row of numbers per step, the first
     the step), without the header, checked whole.
 
-    ``columns``: the header the file must have (a resumed run's own :func:`metric_columns`); else the
+    ``columns``: the header the file must have (a resumed run's own :func:`.columns.metric_columns`); else the
     header's own names (unique, none empty), and ``width`` (if given) its width. Damage is refused in one
     line naming the file and line (:class:`DamagedFile`): another header, a row of the wrong width, a
     value that is not a number, a step that is not a whole number ≥ 0, steps that do not strictly

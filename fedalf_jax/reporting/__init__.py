@@ -2,7 +2,7 @@
 
 Modules: :mod:`.runs` (reading runs, naming variants, cells and η), :mod:`.tables` (the numbers,
 ``report.md``, ``table.csv``), :mod:`.figures`; :func:`report` ties them together. Runs are read only
-through :mod:`fedalf_jax.experiment.rundir`. The rules:
+through :mod:`fedalf_jax.experiment.rundir` (found by :mod:`fedalf_jax.experiment.sweepdir`). The rules:
 
 **Which runs count.** Only runs whose status is ``done``. ``running`` and ``new`` runs (a sweep in
 progress or killed) and ``diverged`` runs are skipped; each kind is listed (count and names) in the
@@ -104,7 +104,8 @@ import shlex
 from pathlib import Path
 
 from ..experiment.config import ConfigError
-from ..experiment.rundir import RunDir, find_runs
+from ..experiment.rundir import RunDir
+from ..experiment.sweepdir import find_runs
 from .figures import Baseline, FrontierPoint, curves_figure, frontier_data, heatmap_data, write_figures
 from .runs import (LABELS, NOT_NAMING, Cell, Run, base_label, build_cells, cell_guarantee, cell_spent, choose_eta,
                    STATUS_WORDS, eta_option, length_notes, load_runs, name_variants, naming_options, resolved_config,

@@ -16,7 +16,8 @@ from ..experiment import registry
 from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
 from ..experiment.guarantee import privacy_guarantee, recorded_guarantee
 from ..experiment.identity import USED_BY, flat_options, partition_ignores
-from ..experiment.rundir import METRICS, PERSONAL_KEYS, RunDir, columns_of_file, metric_columns
+from ..experiment.columns import PERSONAL_KEYS, columns_of_file, metric_columns
+from ..experiment.rundir import METRICS, RunDir
 from ..experiment.writers import DamagedFile, read_csv_rows
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",

@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, ConfigError
-from ..experiment.rundir import PERSONAL_KEYS
+from ..experiment.columns import PERSONAL_KEYS
 from .runs import STATUS_WORDS, Cell, Run, _index, _plural, _shorten, cell_guarantee, cell_spent
 
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "ranked_by", "seeds", "rounds",
