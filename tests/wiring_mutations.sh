@@ -1113,7 +1113,7 @@ mutate fedalf_jax/experiment/cache.py "    _API_CONFIGURED = True
 PD="tests/test_data.py -k read_only"
 mutate fedalf_jax/experiment/build.py "jax.device_put(np.asarray(a)) for a in" "jnp.asarray(a) for a in" \
   "pool49: the device data copied from the pool" "$PD"
-mutate fedalf_jax/experiment/build.py "    start = -buf.ctypes.data % _ALIGN" "    start = 0" "pool49: the pool not aligned" "$PD"
+mutate fedalf_jax/problem/data.py "    start = -buf.ctypes.data % ALIGN" "    start = 0" "pool49: the pool not aligned" "$PD"
 mutate fedalf_jax/experiment/build.py "    out.flags.writeable = False
 " "" "pool49: the pool writable" "$PD"
 # issue 49 item 1 (follow-up): sweep --processes passes a signal on in both of the parent's phases, to children
@@ -1146,4 +1146,14 @@ mutate fedalf_jax/experiment/sweepdir.py "            os.link(tmp, path)" "     
   "plan49: sweep.json replaced, not linked only where absent" "tests/test_sweep.py -k plan_at_once"
 mutate fedalf_jax/experiment/sweepdir.py '    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"' '    tmp = root / f"{SWEEP}.tmp"' \
   "plan49: sweep.json written through the one shared temporary name" "tests/test_sweep.py -k temporary_file_alone"
+# issue 49 item 1 (single run's system time): the built-in loaders' images are the pool, not copied into it
+# (label "poolcopy49"), tests/test_data.py
+PC="tests/test_data.py -k not_a_copy"
+mutate fedalf_jax/experiment/build.py "    out = joined(train, test) if train.dtype == dtype else None" "    out = None" \
+  "poolcopy49: the pool copied from the loaded images" "$PC"
+mutate fedalf_jax/problem/data.py "    block = aligned_empty((len(train) + len(test), *shape), np.float32)
+    x_train, x_test = block[:len(train)], block[len(train):]" "    x_train, x_test = (np.empty((len(a), *shape), np.float32) for a in (train, test))" \
+  "poolcopy49: train and test images in blocks of their own" "$PC"
+mutate fedalf_jax/problem/data.py "            or test.ctypes.data != train.ctypes.data + train.nbytes or train.ctypes.data % ALIGN" "            or train.ctypes.data % ALIGN" \
+  "poolcopy49: any two arrays of one buffer joined" "$PC"
 exit $status

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 import warnings
 from typing import Any
@@ -19,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..notices import Notice
-from ..problem.data import load_dataset
+from ..problem.data import aligned_empty, joined, load_dataset
 from ..problem.models import Model, make_model, split_outputs
 from ..problem.partitions import make_partition, pad_indices
 from ..sim import algorithms as A
@@ -158,21 +157,20 @@ def _pool(dataset, data_dir, data_source, synthetic_like, synthetic_train, synth
 
 
 def _pooled(train: np.ndarray, test: np.ndarray, dtype=None) -> np.ndarray:
-    """``concatenate([train, test])`` (cast to ``dtype``) into 64-byte aligned memory, read-only. Aligned, the
+    """``concatenate([train, test])`` (cast to ``dtype``) in 64-byte aligned memory, read-only. Aligned, the
     CPU backend's device arrays of it are the same memory (:func:`device_data`: no copy); read-only, since a
-    pool is cached and shared by the runs of this process, nothing may write to it."""
+    pool is cached and shared by the runs of this process, nothing may write to it. The built-in data sets'
+    images are loaded into such a block already (``data.float_images``): the pool is then that block, not a
+    copy of it."""
     dtype = np.result_type(train, test) if dtype is None else np.dtype(dtype)  # as concatenate() promotes
-    shape = (len(train) + len(test), *train.shape[1:])
-    nbytes = math.prod(shape) * dtype.itemsize
-    buf = np.empty(nbytes + _ALIGN, np.uint8)
-    start = -buf.ctypes.data % _ALIGN
-    out = buf[start:start + nbytes].view(dtype).reshape(shape)
-    np.concatenate([train, test], out=out, casting="unsafe")  # the cast astype() made
+    out = joined(train, test) if train.dtype == dtype else None
+    if out is None:
+        out = aligned_empty((len(train) + len(test), *train.shape[1:]), dtype)
+        np.concatenate([train, test], out=out, casting="unsafe")  # the cast astype() made
+    else:  # the loaded arrays are the pool's memory: read-only too
+        train.flags.writeable = test.flags.writeable = False
     out.flags.writeable = False
     return out
-
-
-_ALIGN = 64  # XLA:CPU's buffer alignment: a host array so aligned becomes a device array without a copy
 
 
 def pool_key(cfg: Config) -> tuple:

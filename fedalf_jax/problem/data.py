@@ -253,17 +253,50 @@ def _load_fmnist_dir(d: str) -> tuple | None:
         if ny and int(arrays["y_" + split].max()) >= 10:
             raise DataError(f"labels out of range 0..9 in {files['y_' + split]} (download it again).")
 
-    def images(a: np.ndarray) -> np.ndarray:
-        out = a.astype(np.float32)[..., None]
+    def images(a: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, a[..., None], casting="unsafe")
         out /= 255.0
-        return out
 
-    return (
-        images(arrays["x_train"]),
-        arrays["y_train"].astype(np.int32),
-        images(arrays["x_test"]),
-        arrays["y_test"].astype(np.int32),
-    )
+    x_train, x_test = float_images(arrays["x_train"], arrays["x_test"], images, (*arrays["x_train"].shape[1:], 1))
+    return x_train, arrays["y_train"].astype(np.int32), x_test, arrays["y_test"].astype(np.int32)
+
+
+ALIGN = 64  # XLA:CPU's buffer alignment: a host array so aligned becomes a CPU device array without a copy
+
+
+def aligned_empty(shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose first byte is :data:`ALIGN`-byte aligned."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(nbytes + ALIGN, np.uint8)
+    start = -buf.ctypes.data % ALIGN
+    return buf[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def float_images(train: np.ndarray, test: np.ndarray, convert: Callable, shape: tuple) -> tuple:
+    """``(x_train, x_test)``, float32 images of ``shape`` made by ``convert(raw, out)`` from the raw ones, in
+    one aligned block, test right after train: the experiment's data pool is that block as it is
+    (:func:`joined`), not a copy of it (a copy would touch as many new pages again at every start)."""
+    block = aligned_empty((len(train) + len(test), *shape), np.float32)
+    x_train, x_test = block[:len(train)], block[len(train):]
+    convert(train, x_train)
+    convert(test, x_test)
+    return x_train, x_test
+
+
+def joined(train: np.ndarray, test: np.ndarray) -> np.ndarray | None:
+    """``concatenate([train, test])`` without a copy where ``test`` lies right after ``train`` in one
+    aligned block (as :func:`float_images` makes them), else None."""
+    base = train.base
+    if (base is None or test.base is not base or not isinstance(base, np.ndarray) or train.dtype != test.dtype
+            or train.shape[1:] != test.shape[1:] or not (train.flags.c_contiguous and test.flags.c_contiguous)
+            or test.ctypes.data != train.ctypes.data + train.nbytes or train.ctypes.data % ALIGN
+            or not base.flags.c_contiguous):
+        return None
+    offset = train.ctypes.data - base.ctypes.data
+    if offset < 0 or offset + train.nbytes + test.nbytes > base.nbytes:
+        return None
+    return np.ndarray((len(train) + len(test), *train.shape[1:]), train.dtype, buffer=base, offset=offset)
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,9 +430,11 @@ def _cifar_members(
     return None
 
 
-def _normalise_cifar(data: np.ndarray, key: str) -> np.ndarray:
+def _normalise_cifar(data: np.ndarray, key: str, out: np.ndarray | None = None) -> np.ndarray:
+    """CIFAR's ``[n, 3072]`` bytes as normalised float32 ``[n, 32, 32, 3]`` images (into ``out`` if given)."""
     mean, std = (CIFAR10_MEAN, CIFAR10_STD) if key == "cifar10" else (CIFAR100_MEAN, CIFAR100_STD)
-    x = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).astype(np.float32)
+    x = np.empty((len(data), 32, 32, 3), np.float32) if out is None else out
+    np.copyto(x, data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), casting="unsafe")
     x /= 255.0
     x -= np.asarray(mean, np.float32)
     x /= np.asarray(std, np.float32)
@@ -424,13 +459,8 @@ def _load_cifar_dir(d: str, key: str) -> tuple[tuple, str] | None:
     for y, n in ((y_train, "train"), (y_test, "test")):
         if len(y) and (y.min() < 0 or y.max() >= num_classes):
             raise DataError(f"labels out of range 0..{num_classes - 1} in the {n} batches of {where}.")
-    arrays = (
-        _normalise_cifar(x_train, key),
-        y_train.astype(np.int32),
-        _normalise_cifar(x_test, key),
-        y_test.astype(np.int32),
-    )
-    return arrays, where
+    xs = float_images(x_train, x_test, lambda raw, out: _normalise_cifar(raw, key, out), (32, 32, 3))
+    return (xs[0], y_train.astype(np.int32), xs[1], y_test.astype(np.int32)), where
 
 
 def _load_from_dir(d: str, key: str) -> tuple | None:
