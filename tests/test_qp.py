@@ -458,3 +458,55 @@ def test_bounded_active_set_alone_reaches_the_optimum_from_a_wrong_vertex():
     reached += 0.5 * x @ q @ x - 0.5 * ref @ q @ ref <= 1e-6 * s
   # Not all: a degenerate step (a released coordinate blocked at once) can make it cycle.
   assert tried >= 10 and reached >= 0.9 * tried, (reached, tried)
+
+
+HOST_DEVICES_QP = r'''
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from fedalf_jax.sim.qp import solve_simplex_qp, solve_simplex_qp_info
+Q = jnp.asarray(np.load(sys.argv[1]))
+mesh = Mesh(np.array(jax.devices()), ("d",))
+
+def f(Q):  # as a round does: the solve inside a loop, on each device's own problems at once
+    def body(c):
+        i, q, _, _ = c
+        lo = jnp.full(q.shape[:-1], 0.2 / q.shape[-1])  # the bounded path's dense KKT solve too
+        return i + 1, q, solve_simplex_qp(q, method="active"), solve_simplex_qp(q, lower=lo)
+    z = jnp.zeros(Q.shape[:-1])
+    return jax.lax.while_loop(lambda c: c[0] < 2, body, (0, Q, z, z))[2:]
+
+g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))
+lam, box = jax.block_until_ready(g(jax.device_put(Q, NamedSharding(mesh, P("d")))))
+np.save(sys.argv[2], np.stack([np.asarray(lam), np.asarray(box)]))
+'''
+
+
+def test_batched_lapack_on_two_host_devices_completes_with_one_devices_bits(tmp_path):
+  """Issue 49: on XLA's host devices (``--devices 2`` on a CPU), jaxlib's batched LAPACK kernels split a
+  batch over the thread pool and wait in a pool thread for its parts; with both devices' programs waiting, the
+  program never completed (a FedLF FMNIST sweep hung in its first round; here 4 problems of 100 coordinates a
+  device inside a loop hung within a second). Every LAPACK call of a batch now holds one problem there: the
+  program completes, with the bits one device gives (the batched kernel loops over the same per-matrix call)."""
+  B, n = 4, 100
+  V = np.random.default_rng(3).normal(size=(2 * B, n, 2 * n)).astype(np.float32)
+  np.save(tmp_path / "q.npy", V @ V.transpose(0, 2, 1))
+  script = tmp_path / "host_devices_qp.py"
+  script.write_text(HOST_DEVICES_QP)
+  try:
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "q.npy"), str(tmp_path / "lam.npy")],
+                       capture_output=True, text=True, timeout=60)
+  except subprocess.TimeoutExpired:
+    pytest.fail("the QP on two host devices did not complete in 60 s (the batched LAPACK deadlock)")
+  assert p.returncode == 0, p.stderr[-2000:]
+  lam, box = np.load(tmp_path / "lam.npy")
+  Q = jnp.asarray(np.load(tmp_path / "q.npy"))
+  assert len(jax.devices()) == 1
+  for d in range(2):  # one device, each device's problems as one batch: the same bits
+    q = Q[d * B:(d + 1) * B]
+    lo = jnp.full((B, n), 0.2 / n)
+    np.testing.assert_array_equal(lam[d * B:(d + 1) * B], jax.jit(lambda q: solve_simplex_qp(q, method="active"))(q))
+    np.testing.assert_array_equal(box[d * B:(d + 1) * B], jax.jit(lambda q: solve_simplex_qp(q, lower=lo))(q))
+  for q, l in zip(np.asarray(Q, np.float64), lam):  # and a solution: feasible, near the float64 reference
+    check(q, l)

@@ -1156,4 +1156,13 @@ mutate fedalf_jax/problem/data.py "    block = aligned_empty((len(train) + len(t
   "poolcopy49: train and test images in blocks of their own" "$PC"
 mutate fedalf_jax/problem/data.py "            or test.ctypes.data != train.ctypes.data + train.nbytes or train.ctypes.data % ALIGN" "            or train.ctypes.data % ALIGN" \
   "poolcopy49: any two arrays of one buffer joined" "$PC"
+# issue 49: --devices N on XLA's host devices: every LAPACK call of a batch holds one problem (jaxlib's batched
+# kernels waited in a pool thread for their parts: a deadlock) (label "hostlapack49"), tests/test_qp.py
+HL="tests/test_qp.py -k host_devices"
+mutate fedalf_jax/sim/qp.py '  return jax.default_backend() == "cpu" and jax.device_count() > 1' '  return False' \
+  "hostlapack49: batched LAPACK calls on host devices" "$HL"
+mutate fedalf_jax/sim/qp.py "_dense_solve = _per_problem(jnp.linalg.solve)" "_dense_solve = jnp.linalg.solve" \
+  "hostlapack49: the bounded polish's solve batched on host devices" "$HL"
+mutate fedalf_jax/sim/qp.py "  lu, _, perm = _lu(M)" "  lu, _, perm = jax.lax.linalg.lu(M)" \
+  "hostlapack49: the active set's LU batched on host devices" "$HL"
 exit $status

@@ -175,6 +175,41 @@ def _solve_pgd(Q, mask, maxiter, tol, x0=None, active=True, project=None, score=
   return x, it
 
 
+def _lapack_one_at_a_time() -> bool:
+  """Whether this trace runs every LAPACK call of a batch one problem at a time (:func:`_per_problem`): on a
+  CPU backend with more than one device (``--devices N`` on XLA's host devices). There jaxlib's batched
+  LAPACK kernels (0.10: ``ParallelBatchMap``) split a batch over XLA's thread pool and wait in a pool thread
+  for the parts; with each host device's program waiting so, no thread is left to run them, and the program
+  never completes (a FedLF FMNIST sweep on ``--devices 2`` hung in its first round, every thread in a futex
+  wait). One problem per call splits nothing. The results are the same bits: the batched kernel is a loop of
+  the same per-matrix LAPACK call."""
+  return jax.default_backend() == "cpu" and jax.device_count() > 1
+
+
+def _per_problem(fn):
+  """``fn`` (LAPACK calls) whose ``vmap`` is, where :func:`_lapack_one_at_a_time`, a ``lax.map`` over the batch
+  (nested vmaps nest the maps), so every call holds one problem; elsewhere the usual batched call."""
+
+  @jax.custom_batching.custom_vmap
+  def one(*args):
+    return fn(*args)
+
+  @one.def_vmap
+  def _rule(axis_size, in_batched, *args):
+    args = tuple(a if b else jnp.broadcast_to(a, (axis_size, *jnp.shape(a))) for a, b in zip(args, in_batched))
+    out = jax.lax.map(lambda xs: one(*xs), args) if _lapack_one_at_a_time() else jax.vmap(fn)(*args)
+    return out, jax.tree.map(lambda _: True, out)
+
+  return one
+
+
+_lu = _per_problem(jax.lax.linalg.lu)
+_lower_unit_solve = _per_problem(functools.partial(jax.lax.linalg.triangular_solve, left_side=True, lower=True,
+                                                   unit_diagonal=True))
+_upper_solve = _per_problem(functools.partial(jax.lax.linalg.triangular_solve, left_side=True, lower=False))
+_dense_solve = _per_problem(jnp.linalg.solve)
+
+
 def _affine_min(Q, S):
   """Minimiser of ``λᵀQλ`` over the affine hull ``{Σλ = 1, λ = 0 off S}`` (``S`` non-empty).
 
@@ -188,11 +223,10 @@ def _affine_min(Q, S):
   # affinely dependent support, where the ridge is below float32's rounding of Q) and its row
   # permutation, computed once for the solve and its refinement (two ``jnp.linalg.solve`` calls
   # convert the pivots twice: on CPU a loop of n trips each, as many ops per step as the rest).
-  lu, _, perm = jax.lax.linalg.lu(M)
+  lu, _, perm = _lu(M)
 
   def solve(b):
-    y = jax.lax.linalg.triangular_solve(lu, b[perm][:, None], left_side=True, lower=True, unit_diagonal=True)
-    return jax.lax.linalg.triangular_solve(lu, y, left_side=True, lower=False)[:, 0]
+    return _upper_solve(lu, _lower_unit_solve(lu, b[perm][:, None]))[:, 0]
 
   x = solve(Sf)
   x = x + solve(Sf - jnp.matmul(M, x, precision=_HI))
@@ -296,7 +330,7 @@ def _box_eqp(Q, fix_lo, fix_hi, lo, hi):
   M = M.at[:n, :n].set(jnp.where(free[:, None] & free[None, :], Q, 0.0) + jnp.diag(jnp.where(free, _AS_RIDGE, 1.0)))
   M = M.at[:n, n].set(-ff).at[n, :n].set(ff).at[n, n].set(jnp.where(jnp.any(free), 0.0, 1.0))
   rhs = jnp.concatenate([jnp.where(free, -jnp.matmul(Q, xb, precision=_HI), 0.0), (1.0 - jnp.sum(xb))[None]])
-  sol = jnp.linalg.solve(M, rhs)
+  sol = _dense_solve(M, rhs)
   return jnp.where(free, sol[:n], xb), sol[n]
 
 
