@@ -6,6 +6,10 @@ from pathlib import Path
 # Tests run on the CPU with small synthetic data; keep XLA from grabbing every core's worth of threads
 # beyond what the 2-core CI machine has.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# No decoded data set kept on disk by the tests (fedalf_jax/problem/data_cache.py): they load small fake files
+# from temporary folders, which would fill the user's ~/.cache/fedalf_jax/data with entries nobody reads again.
+# tests/test_data_cache.py turns it on in folders of its own.
+os.environ.setdefault("FEDALF_DATA_CACHE", "off")
 
 # One compilation cache for the tests, shared by every process of the session and KEPT between sessions on
 # this machine (issue 49, item 4): `$XDG_CACHE_HOME/fedalf_jax/tests` or `~/.cache/fedalf_jax/tests`, never

@@ -1165,4 +1165,18 @@ mutate fedalf_jax/sim/qp.py "_dense_solve = _per_problem(jnp.linalg.solve)" "_de
   "hostlapack49: the bounded polish's solve batched on host devices" "$HL"
 mutate fedalf_jax/sim/qp.py "  lu, _, perm = _lu(M)" "  lu, _, perm = jax.lax.linalg.lu(M)" \
   "hostlapack49: the active set's LU batched on host devices" "$HL"
+# issue 49 item 1 (a single run's start): the decoded data set kept on disk and mapped (label "datacache49"),
+# tests/test_data_cache.py
+DC=tests/test_data_cache.py
+mutate fedalf_jax/problem/data.py "        hit = data_cache.read(key, files, arrays_digest)" "        hit = None" \
+  "datacache49: the entry never read" "$DC"
+mutate fedalf_jax/problem/data_cache.py "    if digest_of(*arrays) != digest:" "    if False:" \
+  "datacache49: an entry used without its digest checked" "$DC"
+mutate fedalf_jax/problem/data_cache.py '        h.update(f"|{os.path.abspath(f)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode())' \
+  '        h.update(f"|{os.path.abspath(f)}".encode())' "datacache49: an entry named by the files' paths only" "$DC"
+mutate fedalf_jax/problem/data_cache.py "        shutil.rmtree(folder, ignore_errors=True)
+        return None" "        return None" "datacache49: a damaged entry kept" "$DC"
+mutate fedalf_jax/problem/data_cache.py "        _remove_replaced(root, name, [os.path.abspath(f) for f in files])" "" \
+  "datacache49: the changed files' entry kept" "$DC"
+mutate fedalf_jax/problem/data_cache.py "        _remove_stale(root)" "" "datacache49: a killed writer's folder kept" "$DC"
 exit $status

@@ -41,6 +41,8 @@ from typing import Callable
 
 import numpy as np
 
+from . import data_cache
+
 __all__ = [
     "DataError",
     "Dataset",
@@ -157,8 +159,9 @@ def arrays_digest(*arrays: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _loaded(key: str, arrays: tuple, num_classes: int, source: str) -> Dataset:
-    return Dataset(key, *arrays, num_classes=num_classes, source=source, digest=arrays_digest(*arrays))
+def _loaded(key: str, arrays: tuple, num_classes: int, source: str, digest: str | None = None) -> Dataset:
+    digest = arrays_digest(*arrays) if digest is None else digest
+    return Dataset(key, *arrays, num_classes=num_classes, source=source, digest=digest)
 
 
 def _canonical(name: str) -> str:
@@ -464,21 +467,45 @@ def _load_cifar_dir(d: str, key: str) -> tuple[tuple, str] | None:
 
 
 def _load_from_dir(d: str, key: str) -> tuple | None:
-    """Load ``key`` from directory ``d`` or one of its per-dataset subfolders; None if absent."""
+    """``(arrays, where, digest)`` of ``key`` from directory ``d`` or one of its per-dataset subfolders (from
+    :mod:`.data_cache` where it holds these files decoded); None if absent."""
     if not os.path.isdir(d):
         return None
     for sub in ("", *_SUBDIRS[key]):
         cand = os.path.join(d, sub) if sub else d
         if not os.path.isdir(cand):
             continue
+        files, where = _sources(cand, key)
+        if files is None:
+            continue
+        hit = data_cache.read(key, files, arrays_digest)
+        if hit is not None:
+            return hit[0], where, hit[1]
         if key == "fmnist":
             arrays = _load_fmnist_dir(cand)
             out = None if arrays is None else (arrays, cand)
         else:
             out = _load_cifar_dir(cand, key)
         if out is not None:
-            return out
+            digest = arrays_digest(*out[0])
+            data_cache.write(key, files, out[0], digest)
+            return (*out, digest)
     return None
+
+
+def _sources(d: str, key: str) -> tuple[list[str] | None, str]:
+    """The files the loader of ``key`` reads from folder ``d`` (found as it finds them, none read), and where
+    it says the data came from; ``(None, d)`` if it would find none."""
+    if key == "fmnist":
+        files = _find_fmnist_files(d)
+        return (None if files is None else list(files.values())), d
+    folder, archive, train_names, test_name, _ = _CIFAR_LAYOUT[key]
+    names = (*train_names, test_name)
+    for base in (d, os.path.join(d, folder)):
+        if all(os.path.isfile(os.path.join(base, n)) for n in names):
+            return [os.path.join(base, n) for n in names], base
+    tar_path = os.path.join(d, archive)
+    return ([tar_path], tar_path) if os.path.isfile(tar_path) else (None, d)
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,8 +631,8 @@ def load_dataset(
         if got is None:
             state = "" if os.path.isdir(d) else " (no such directory)"
             raise DataError(f"{key} not found: looked in {d}{state} and its subfolders. {_HOW_TO_GET[key]}")
-        arrays, where = got
-        return _loaded(key, arrays, num_classes, where)
+        arrays, where, digest = got
+        return _loaded(key, arrays, num_classes, where, digest)
 
     looked = []
     env = os.environ.get("FEDALF_DATA_DIR")
@@ -613,14 +640,14 @@ def load_dataset(
         env_d = os.path.abspath(os.path.expanduser(env))
         got = _load_from_dir(env_d, key)
         if got is not None:
-            return _loaded(key, got[0], num_classes, got[1])
+            return _loaded(key, got[0], num_classes, got[1], got[2])
         looked.append(f"$FEDALF_DATA_DIR={env_d}")
     else:
         looked.append("$FEDALF_DATA_DIR (unset)")
     for d in KNOWN_LOCATIONS[key]:
         got = _load_from_dir(d, key)
         if got is not None:
-            return _loaded(key, got[0], num_classes, got[1])
+            return _loaded(key, got[0], num_classes, got[1], got[2])
         looked.append(d)
     if source == "auto":
         if _tfds_available():
