@@ -131,7 +131,10 @@ def _remove_replaced(root: Path, name: str, files: list) -> None:
 
 
 def _remove_stale(root: Path) -> None:
-    """Remove the temporary folders of writers that no longer run (killed mid-write)."""
+    """Remove the temporary folders of writers that no longer run (killed mid-write; POSIX only: elsewhere
+    ``os.kill(pid, 0)`` is not a question but a signal)."""
+    if os.name != "posix":
+        return
     for p in root.glob(".*.tmp"):
         try:
             pid = int(p.name.rsplit(".", 2)[-2])
