@@ -9,7 +9,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # No decoded data set kept on disk by the tests (fedalf_jax/problem/data_cache.py): they load small fake files
 # from temporary folders, which would fill the user's ~/.cache/fedalf_jax/data with entries nobody reads again.
 # tests/test_data_cache.py turns it on in folders of its own.
-os.environ.setdefault("FEDALF_DATA_CACHE", "off")
+os.environ["FEDALF_DATA_CACHE"] = "off"  # whatever the caller set: the fake files of a test are not the data
 
 # One compilation cache for the tests, shared by every process of the session and KEPT between sessions on
 # this machine (issue 49, item 4): `$XDG_CACHE_HOME/fedalf_jax/tests` or `~/.cache/fedalf_jax/tests`, never
