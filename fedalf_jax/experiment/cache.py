@@ -36,9 +36,10 @@ import warnings
 from pathlib import Path
 from typing import Mapping, Optional
 
+from ..cache_home import OFF, cache_home
+
 ENV = "FEDALF_COMPILE_CACHE"
 MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # set: JAX's threshold, kept (else 0: every program)
-OFF = ("off", "0", "false", "no", "none")
 
 
 def cache_dir(*, disabled: bool = False, env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
@@ -56,12 +57,7 @@ def cache_dir(*, disabled: bool = False, env: Optional[Mapping[str, str]] = None
     jax_dir = env.get("JAX_COMPILATION_CACHE_DIR", "").strip()
     if jax_dir:
         return Path(jax_dir).expanduser()
-    xdg = env.get("XDG_CACHE_HOME", "").strip()
-    if xdg and Path(xdg).is_absolute():  # the XDG spec ignores a relative path
-        base = Path(xdg)
-    else:
-        base = (Path(env["HOME"]) if env.get("HOME") else Path.home()) / ".cache"
-    return base / "fedalf_jax" / "jax"
+    return cache_home("jax", env)
 
 
 def configure(path: Optional[Path]) -> Optional[Path]:

@@ -33,8 +33,9 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..cache_home import OFF, cache_home
+
 ENV = "FEDALF_DATA_CACHE"
-OFF = ("off", "0", "false", "no", "none")
 VERSION = 1  # the loaders' conversion of the files' bytes to arrays: change it when that arithmetic changes
 X, Y, META = "x.npy", "y.npy", "meta.json"
 
@@ -46,10 +47,7 @@ def cache_dir(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
     if given is not None:
         given = given.strip()
         return None if not given or given.lower() in OFF else Path(given).expanduser()
-    xdg = env.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else (
-        (Path(env["HOME"]) if env.get("HOME") else Path.home()) / ".cache")
-    return base / "fedalf_jax" / "data"
+    return cache_home("data", env)
 
 
 def entry_name(key: str, files: Sequence[str]) -> str:
