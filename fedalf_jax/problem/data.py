@@ -405,11 +405,11 @@ def _cifar_members(
     """Readers for the CIFAR members found in ``d`` (extracted folder, its parent, or the tarball)."""
     folder, archive, train_names, test_name, _ = _CIFAR_LAYOUT[key]
     names = (*train_names, test_name)
-    for base in (d, os.path.join(d, folder)):
-        if all(os.path.isfile(os.path.join(base, n)) for n in names):
-            return {n: (lambda p=os.path.join(base, n): _read_file(p)) for n in names}, base, lambda: None
-    tar_path = os.path.join(d, archive)
-    if os.path.isfile(tar_path):
+    files, where = _sources(d, key)
+    if files is not None and where != os.path.join(d, archive):  # the extracted members
+        return {n: (lambda p=p: _read_file(p)) for n, p in zip(names, files)}, where, lambda: None
+    tar_path = where
+    if files is not None:
         try:
             tar = tarfile.open(tar_path, "r:gz")
             members = {m.name: m for m in tar.getmembers()}
