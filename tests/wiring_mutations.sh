@@ -1172,11 +1172,26 @@ mutate fedalf_jax/problem/data.py "        hit = data_cache.read(key, files, arr
   "datacache49: the entry never read" "$DC"
 mutate fedalf_jax/problem/data_cache.py "    if digest_of(*arrays) != digest:" "    if False:" \
   "datacache49: an entry used without its digest checked" "$DC"
-mutate fedalf_jax/problem/data_cache.py '        h.update(f"|{os.path.abspath(f)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode())' \
-  '        h.update(f"|{os.path.abspath(f)}".encode())' "datacache49: an entry named by the files' paths only" "$DC"
-mutate fedalf_jax/problem/data_cache.py "        shutil.rmtree(folder, ignore_errors=True)
-        return None" "        return None" "datacache49: a damaged entry kept" "$DC"
-mutate fedalf_jax/problem/data_cache.py "        _remove_replaced(root, name, [os.path.abspath(f) for f in files])" "" \
+mutate fedalf_jax/problem/data_cache.py '            out.append([os.path.abspath(f), hashlib.file_digest(fh, "sha256").hexdigest()])' \
+  '            out.append([os.path.abspath(f), str(os.fstat(fh.fileno()).st_size)])' \
+  "datacache49: an entry named by the files' paths and sizes only" "$DC tests/test_trust55_data_cache.py"
+mutate fedalf_jax/problem/data_cache.py "        del x, arrays
+        _discard(folder)
+        return None" "        del x, arrays
+        return None" "datacache49: a damaged entry kept" "$DC"
+mutate fedalf_jax/problem/data_cache.py "        _remove_replaced(root, name, [path for path, _ in made_from])" "" \
   "datacache49: the changed files' entry kept" "$DC"
 mutate fedalf_jax/problem/data_cache.py "        _remove_stale(root)" "" "datacache49: a killed writer's folder kept" "$DC"
+# issue 55 (trust round 5, label "trust55"): items 1-2, the data cache serves only the files it was made from,
+# tests/test_trust55_data_cache.py
+T55=tests/test_trust55_data_cache.py
+mutate fedalf_jax/problem/data_cache.py '        if (meta.get("key"), meta.get("sources"), meta.get("version")) != (key, made_from, VERSION):' \
+  '        if False:' "trust55: an entry copied in from another folder served" "$T55"
+mutate fedalf_jax/problem/data_cache.py "    if folder.is_symlink():
+        try:
+            folder.unlink()" "    if False:
+        try:
+            folder.unlink()" "trust55: a symlinked entry never replaced" "$T55 -k symlinked"
+mutate fedalf_jax/problem/data_cache.py "    if _is_link(folder):" "    if False:" \
+  "trust55: a symlinked entry served" "$T55 -k symlinked"
 exit $status
