@@ -41,7 +41,8 @@ class Result:
     ``None``), ``status`` (``done``, ``diverged``, ``interrupted``,
     ``running``), ``run_dir`` (``None`` for a run without ``out``), ``summary`` (``summary.json``) and
     ``model``: the final global model's variables ``{'params': ...}`` (read from the checkpoint on first
-    use when the result was loaded); ``client_states`` and ``server_state`` from the checkpoint. A checkpoint
+    use when the result was loaded); ``average_model``, the averaged iterate of an ``eval_average`` run, the same
+    way; ``client_states`` and ``server_state`` from the checkpoint. A checkpoint
     older than the run's last round (a run killed between two checkpoints, a diverged run) is refused in one
     line, never handed back as the final model."""
 
@@ -51,6 +52,7 @@ class Result:
     run_dir: Optional[Path] = None
     summary: Optional[dict] = None
     _variables: Any = None
+    _average: Any = None
 
     @property
     def model(self) -> dict:
@@ -59,6 +61,20 @@ class Result:
                 raise ConfigError("this run kept no model (it had nothing left to run and no run directory)")
             self._variables = dict(self._checkpoint.variables)
         return self._variables
+
+    @property
+    def average_model(self) -> dict:
+        """The averaged iterate θ̄ that the ``avg_*`` columns score (``eval_average=True``, ``--eval-average``): the
+        mean of the global variables after rounds 1..T, ``{'params': ...}`` like :attr:`model`, from the run
+        itself or from its last checkpoint, which must be of the run's last round (the rule of :attr:`model`)."""
+        if not self.config.eval_average:
+            raise ConfigError("this run kept no averaged iterate: run it with eval_average=True (--eval-average)")
+        if self._average is None:
+            if self.run_dir is None:
+                raise ConfigError("this run kept no averaged iterate (it had nothing left to run and no run "
+                                  "directory)")
+            self._average = dict(self._checkpoint.average)
+        return self._average
 
     @property
     def client_states(self):
@@ -148,7 +164,7 @@ def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool 
     slot = run_loop(cfg, progress=progress, resume=resume, overwrite=overwrite, full=True)
     rd = RunDir(cfg.out) if cfg.out else None
     return Result(cfg, _frame(slot.rows), slot.status if slot.status != "running" else "done",
-                  rd.path if rd else None, rd.summary() if rd else None, slot.variables)
+                  rd.path if rd else None, rd.summary() if rd else None, slot.variables, slot.average)
 
 
 def load(run_dir: str | Path) -> Result:

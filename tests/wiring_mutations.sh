@@ -1194,4 +1194,13 @@ mutate fedalf_jax/problem/data_cache.py "    if folder.is_symlink():
             folder.unlink()" "trust55: a symlinked entry never replaced" "$T55 -k symlinked"
 mutate fedalf_jax/problem/data_cache.py "    if _is_link(folder):" "    if False:" \
   "trust55: a symlinked entry served" "$T55 -k symlinked"
+# items 3 and 8 (a run's end): tests/test_trust55_runs.py
+T55R=tests/test_trust55_runs.py
+mutate fedalf_jax/experiment/loop.py "                        _check_finite(slot)  # no row to say it diverged: the final model itself" \
+  "                        pass" "trust55: a NaN model never evaluated ends done" "$T55R -k never_evaluated"
+mutate fedalf_jax/experiment/loop.py "                        slot.average = to_host(_take(state.average, i) if batched else state.average)" \
+  "                        pass" "trust55: a run's averaged iterate not kept" "$T55R -k averaged_iterate"
+mutate fedalf_jax/api.py "            self._average = dict(self._checkpoint.average)" \
+  "            self._average = dict(self._checkpoint.variables)" "trust55: the loaded averaged iterate is the last model" \
+  "$T55R -k averaged_iterate"
 exit $status

@@ -157,6 +157,7 @@ class Slot:
     retired: bool = False  # a diverged run whose slot no longer counts
     checkpointed: Optional[int] = None  # the round of the last checkpoint written to disk by this call
     variables: Any = None  # the final global model (host arrays), once the run has ended
+    average: Any = None  # the final averaged iterate θ̄ (host arrays) of an eval_average run, once it has ended
     reached: Optional[int] = None  # the last round trained by this call (an eval_every=never run has no rows to say it)
     t0: float = dataclasses.field(default_factory=time.perf_counter)
 
@@ -340,6 +341,10 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             for i, slot in enumerate(slots):
                 if slot is not None:
                     slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
+                    if program.spec.eval_average:
+                        slot.average = to_host(_take(state.average, i) if batched else state.average)
+                    if not evaluates and slot.live and slot.reached == slot.cfg.rounds:
+                        _check_finite(slot)  # no row to say it diverged: the final model itself
             if INTERRUPT.requested and t < cfg.rounds:
                 raise stopped(saved=t > start)
     except WriteError as e:
@@ -365,6 +370,17 @@ def _check_diverged(slot: Slot, row: dict) -> None:
         slot.status = "diverged"
         slot.message = (f"the clients' personal models diverged by round {row['round']} (personal test loss "
                         f"not finite); lower --lr or the algorithm's own hyper-parameters (--hp)")
+
+
+def _check_finite(slot: Slot) -> None:
+    """Mark ``slot`` diverged when its final global model (host arrays) holds a value that is not finite: the
+    check of a run that evaluates nothing (``eval_every="never"``), whose rows cannot say it."""
+    leaves = jax.tree_util.tree_leaves(slot.variables)
+    if all(np.isfinite(x).all() for x in leaves if np.issubdtype(np.asarray(x).dtype, np.inexact)):
+        return
+    slot.status = "diverged"
+    slot.message = (f"the global model is not finite after round {slot.reached} (not evaluated: eval_every never, "
+                    f"so the round it diverged in is unknown); lower --lr or --server-lr")
 
 
 def _stopped_message(err: WriteError, slots, t: int) -> str:
@@ -545,6 +561,8 @@ def _rebuild_summary(cfg: Config, rd: RunDir, state, writer: bool) -> Slot:
         _check_diverged(slot, row)
         if slot.status == "diverged":
             break
+    if not cfg.evaluates:
+        _check_finite(slot)  # (the final model's values say it)
     if writer:
         _finish(slot, 0.0, _param_sizes(state.variables),
                 rebuilt=f"from metrics.csv and the checkpoint of round {cfg.rounds} (summary.json was missing)")
