@@ -5,6 +5,10 @@ They are ``warnings.warn(..., Notice)``: a :class:`UserWarning`, so a Python cal
 as any warning. The ``fedalf`` command shows them whatever the warnings filter (:func:`shown`): a user who
 sets ``PYTHONWARNINGS=ignore`` to silence libraries still sees, on stderr, that the run resumed from the
 previous checkpoint.
+
+A notice is one line (:func:`_one_line`, installed as ``warnings.formatwarning`` for this category only):
+``FILE:LINE: Notice: MESSAGE``, without the line of source Python's default format prints after it (the
+package's ``say_code(cfg)`` after every run of a user's module, in a script's output and pytest's summary).
 """
 
 from __future__ import annotations
@@ -15,6 +19,19 @@ import warnings
 
 class Notice(UserWarning):
     """A warning about the trust one may put in a run's results (shown by the command line always)."""
+
+
+def _one_line(message, category, filename, lineno, line=None):
+    """``warnings.formatwarning`` that writes a :class:`Notice` as one line (its source line left out); every
+    other warning as the format this one replaced writes it."""
+    if isinstance(category, type) and issubclass(category, Notice):
+        return f"{filename}:{lineno}: {category.__name__}: {message}\n"
+    return _one_line.previous(message, category, filename, lineno, line)
+
+
+# a module imported again (importlib.reload) wraps the format it found first, not its own wrapper
+_one_line.previous = getattr(warnings.formatwarning, "previous", warnings.formatwarning)
+warnings.formatwarning = _one_line
 
 
 @contextlib.contextmanager
