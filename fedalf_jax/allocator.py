@@ -50,12 +50,38 @@ def _glibc() -> bool:
         return False
 
 
+_SAID: set = set()  # the FEDALF_JEMALLOC values this process has warned about (once each)
+
+
+def _shared_library(path: str) -> bool:
+    """Whether ``path`` is a file that begins as a shared library does (the ELF magic ``\\x7fELF``): the
+    loader refuses anything else in ``LD_PRELOAD``, with an error from every process started with it."""
+    if not os.path.isfile(path):  # (a FIFO would block the open)
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 def jemalloc(env: Mapping[str, str] = os.environ) -> Optional[str]:
-    """The jemalloc library to preload: ``FEDALF_JEMALLOC`` when it names a file, else the first of
-    :data:`JEMALLOC_PLACES` that exists; ``None`` when there is none."""
+    """The jemalloc library to preload: ``FEDALF_JEMALLOC`` when it names a shared library (an ELF file), else
+    the first of :data:`JEMALLOC_PLACES` that is one; ``None`` when there is none. A ``FEDALF_JEMALLOC`` that
+    names no shared library is said once, on stderr, and the command runs without jemalloc (glibc's huge
+    pages): preloaded, it would make the loader print its error in every process and load nothing."""
     given = env.get(JEMALLOC_ENV, "").strip()
-    for path in ((given,) if given else JEMALLOC_PLACES):
-        if os.path.isfile(path):
+    if given:
+        if _shared_library(given):
+            return given
+        if given not in _SAID:
+            _SAID.add(given)
+            what = "is not a shared library (no ELF header)" if os.path.isfile(given) else "names no file"
+            print(f"fedalf: warning: {JEMALLOC_ENV}={given} {what}: running without jemalloc (set it to a "
+                  f"libjemalloc.so, or unset it to look in the usual places)", file=sys.stderr, flush=True)
+        return None
+    for path in JEMALLOC_PLACES:
+        if _shared_library(path):
             return path
     return None
 
