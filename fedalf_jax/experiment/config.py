@@ -10,6 +10,7 @@ options a run never reads are :mod:`.identity`'s.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import numbers
@@ -451,6 +452,28 @@ class Config:
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         return self
+
+
+def _taking_derived_keys(init):
+    """``Config.__init__`` that takes a run's ``config.json`` as it is (``fj.Config(**json.load(f))``): the
+    :data:`DERIVED_KEYS` it carries for the reader are ignored, as :meth:`Config.from_dict` ignores them; an
+    unknown keyword is refused in one line naming the options and the readers of a saved config."""
+    names = frozenset(f.name for f in dataclasses.fields(Config))
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kw):
+        for k in DERIVED_KEYS:
+            kw.pop(k, None)
+        unknown = sorted(set(kw) - names)
+        if unknown:
+            raise ConfigError(f"unknown config option(s) {unknown}: Config takes the long flag names with '_' (e.g. "
+                              f"clients_per_round); a run's saved config reads back with fj.Config.from_dict(d) or "
+                              f"fj.load(run_dir).config")
+        init(self, *args, **kw)
+    return __init__
+
+
+Config.__init__ = _taking_derived_keys(Config.__init__)
 
 
 def declared_hparams(name: str, args: Optional[dict] = None) -> Optional[dict]:
