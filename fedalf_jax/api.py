@@ -247,7 +247,9 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     base = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "out")}
     base["hp"] = dict(cfg.hp)  # the values given, not the defaults: a grid over algorithms fills in each one's own
     grid = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (grid or {}).items()}
-    unknown = sorted(k for k in set(grid) - set(base) if not (isinstance(k, str) and k.startswith(("hp.", "arg."))))
+    # Config's fields, not base's keys: to_dict leaves out an option at its "off" value (local_steps, eval_average)
+    fields = {f.name for f in dataclasses.fields(Config)} - {"seed", "out"}
+    unknown = sorted(k for k in set(grid) - fields if not (isinstance(k, str) and k.startswith(("hp.", "arg."))))
     if unknown:
         raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
     configs = expand(base, grid, list(seeds))
