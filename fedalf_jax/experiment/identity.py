@@ -69,10 +69,14 @@ def ignored_options(cfg: "Config") -> dict[str, str]:
     """The options ``cfg``'s run never reads, each with the condition that makes it so ("" when its
     algorithm never reads it): runs of a built-in algorithm that differ only in these compute the same
     trajectory bit for bit. A user's algorithm reads ``HParams`` as it likes: of its options only the
-    partition's (:func:`partition_ignores`) are known ignored."""
+    partition's (:func:`partition_ignores`) are known ignored, and ``server_lr``/``server_lr_decay`` when its
+    server declares it never reads η_g (``Algorithm.reads_server_lr=False``) and no central DP noise does."""
     algo = cfg.algorithm
     if algo not in ALGORITHMS:
-        return partition_ignores(cfg.partition)
+        out = partition_ignores(cfg.partition)
+        if cfg.dp != "central" and not _reads_server_lr(cfg):  # central DP's noise reads η_g, whatever the server
+            out.update(server_lr="", server_lr_decay="")
+        return out
     out = {**partition_ignores(cfg.partition), **{k: "" for k, users in USED_BY.items() if algo not in users}}
     if algo == "fedlf" and cfg.client_grad == "full":  # no local training: the client sends ∇f_i(θ_t)
         out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full",
@@ -83,6 +87,26 @@ def ignored_options(cfg: "Config") -> dict[str, str]:
         out["epsilon"] = "ldp=none, dp=none"
     if cfg.dp not in ("gaussian", "central"):
         out.update(delta=f"dp={cfg.dp}", clip=f"dp={cfg.dp}")
+    return out
+
+
+def _reads_server_lr(cfg: "Config") -> bool:
+    """Whether the server of ``cfg``'s user algorithm reads ``ServerIn.server_lr_t`` (η_g): its declaration
+    ``Algorithm.reads_server_lr`` (a server that sets its own step, FedExP's, declares ``False``); ``True`` when
+    its factory cannot be built without the model's layers (nothing is known then)."""
+    from .options import _user_algorithm
+    alg = _user_algorithm(cfg.algorithm, registry.version(), registry.arg_items(cfg.alg_args))
+    return alg is None or bool(getattr(alg, "reads_server_lr", True))
+
+
+def unread_options(cfg: "Config") -> dict[str, str]:
+    """:func:`ignored_options` and the evaluation's options that a run evaluating nothing (``eval_every="never"``)
+    never reads: ``eval_average`` and ``train_loss_every``, each with its condition. What a given option's
+    "has no effect" notice names (:func:`.sweep_plan.unread_given`); not a sweep's de-duplication, whose
+    runs differing in them differ in speed (the averaged iterate is updated every round)."""
+    out = ignored_options(cfg)
+    if not cfg.evaluates:
+        out.update(eval_average="eval_every=never", train_loss_every="eval_every=never")
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Iterable, Optional
 
 from .config import BOOKKEEPING, CONTINUOUS, Config, ConfigError, declared_hparams
 from ..notices import Notice
-from .identity import USED_BY, flat_options, identity_digest, ignored_options
+from .identity import USED_BY, flat_options, identity_digest, ignored_options, unread_options
 from .rundir import RunDir
 from .sweepdir import read_sweep, write_sweep, write_sweep_first
 
@@ -120,7 +120,8 @@ _DEFAULT_ALGORITHM = Config.__dataclass_fields__["algorithm"].default
 # algorithms' options name their readers in identity.USED_BY
 _READ_BY = {"alpha": "--partition dirichlet", "assign": "--partition pat1 or pat2",
             "epsilon": "a privacy mechanism, --ldp or --dp,", "delta": "--dp gaussian or central",
-            "clip": "--dp gaussian or central"}
+            "clip": "--dp gaussian or central", "eval_average": "an evaluation, --eval-every N,",
+            "train_loss_every": "an evaluation, --eval-every N,"}
 
 
 def non_default(d: dict) -> set[str]:
@@ -132,15 +133,15 @@ def non_default(d: dict) -> set[str]:
 
 def unread_given(configs: list[Config], given: Iterable[str]) -> Optional[str]:
     """One line naming the options of ``given`` (those given explicitly: flags, a config file's values other
-    than the defaults, keyword arguments) that no run of ``configs`` reads (:func:`.identity.ignored_options`,
-    the sweep's de-duplication's knowledge: a user's algorithm leaves only its partition's unread), each with
+    than the defaults, keyword arguments) that no run of ``configs`` reads (:func:`.identity.unread_options`:
+    the sweep's de-duplication's knowledge, and the evaluation's options of a run evaluating nothing), each with
     the choices that make it so; ``None`` when there are none. An option given several values is left to
     :func:`distinct`'s notice (its combinations collapse)."""
     parts = []
     for k in [f.name for f in dataclasses.fields(Config) if f.name in set(given)]:
         conds: list[str] = []
         for c in configs:
-            ignored = ignored_options(c)
+            ignored = unread_options(c)
             if k not in ignored:
                 break
             cond = ignored[k] or f"algorithm={c.algorithm}"

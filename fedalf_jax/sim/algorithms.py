@@ -229,6 +229,9 @@ class Algorithm:
       kept as a tuple of ``(name, default)`` pairs so the algorithm stays hashable): traced like ``lr``,
       read as ``hp.own[name]``, set by ``Config(hp={name: value})`` / ``--hp name=value`` and swept in one
       program (docs/extending.md).
+    * ``reads_server_lr``: ``False`` declares that ``server`` never reads ``ServerIn.server_lr_t`` (it sets its
+      own step, as FedExP's extrapolation does): a given ``--server-lr``/``--server-lr-decay`` is then said to
+      have no effect, and a sweep runs once the combinations differing only in them.
     """
 
     name: str
@@ -252,6 +255,7 @@ class Algorithm:
     client_collections: tuple = ()  # model collections kept per client, e.g. ("batch_stats",) (FedBN)
     hparams: Any = ()  # the algorithm's own hyper-parameters: {name: default float}, kept as ((name, default), ...)
     client: Any = None  # a fj.ClientProgram(init, step, final): the client's whole procedure instead of upload & co.
+    reads_server_lr: bool = True  # False: the server never reads ServerIn.server_lr_t (it sets its own step: FedExP)
 
     def __post_init__(self):
         object.__setattr__(self, "hparams", _own_hparams(self.name, self.hparams))
