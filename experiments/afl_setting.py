@@ -93,6 +93,18 @@ QFFL_ALGORITHMS = {                                   # --protocol qffl: name ->
 }
 
 
+def base_options(protocol, rounds, batch_size=None):
+    """The options every algorithm's runs share under ``protocol`` (``current`` or ``qffl``). No ``server_lr``:
+    1 is already FedAvg's and AFL's η_g, and q-FFL's step is its own (given, it has no effect and is said so)."""
+    if protocol == "qffl":
+        return dict(dataset="fmnist3", partition="given", clients=3, clients_per_round=3, model="logreg",
+                    rounds=rounds, eval_every=rounds, local_steps=1, batch_size=batch_size or 10, lr=0.1,
+                    lr_decay=1.0, eval_average=True, checkpoint_every="never")
+    return dict(dataset="fmnist3", partition="given", clients=3, clients_per_round=3, model="logreg",
+                rounds=rounds, eval_every=rounds, local_epochs=1, batch_size=batch_size or 100, lr=0.1,
+                lr_decay=1.0)
+
+
 def table(rows):
     print(f"| algorithm | {' | '.join(NAMES)} | mean | worst client |")
     print("|---|" + "---|" * 5)
@@ -112,9 +124,7 @@ def main_qffl(args):
     iterate's final per-client accuracies."""
     n_train, n_test = register(standardised=True)
     print(f"clients' examples: train {n_train}, test {n_test}")
-    base = dict(dataset="fmnist3", partition="given", clients=3, clients_per_round=3, model="logreg",
-                rounds=args.rounds, eval_every=args.rounds, local_steps=1, batch_size=args.batch_size or 10, lr=0.1,
-                lr_decay=1.0, server_lr=1.0, eval_average=True, checkpoint_every="never")
+    base = base_options("qffl", args.rounds, args.batch_size)
     avg_rows, last_rows = [], []
     for label, opts in QFFL_ALGORITHMS.items():
         out = Path(args.out) / f"qffl-b{base['batch_size']}-{opts['algorithm'].split(':')[-1]}{opts.get('q', '')}"
@@ -145,9 +155,7 @@ def main():
         return main_qffl(args)
     n_train, n_test = register()
     print(f"clients' examples: train {n_train}, test {n_test}")
-    base = dict(dataset="fmnist3", partition="given", clients=3, clients_per_round=3, model="logreg",
-                rounds=args.rounds, eval_every=args.rounds, local_epochs=1, batch_size=args.batch_size or 100, lr=0.1,
-                lr_decay=1.0, server_lr=1.0)
+    base = base_options("current", args.rounds, args.batch_size)
     rows = []
     for label, opts in ALGORITHMS.items():
         accs = []
