@@ -42,4 +42,5 @@ def feddecorr() -> fj.Algorithm:
     return fj.Algorithm(
         "feddecorr", server=fj.algorithms.weighted_mean_server, upload=fj.algorithms.model_upload,  # FedAvg's
         local_loss=local_loss, private_upload=True,   # Δ_i = θ − w̃_i: a function of w̃ and θ
-        hparams={"beta": 0.1})
+        hparams={"beta": 0.1},
+        needs_features=True)  # the model must return (logits, features)

@@ -90,4 +90,5 @@ def fedproto() -> fj.Algorithm:
         init_server_state=init_server_state, broadcast=lambda st: st,
         personal_model=lambda w: w,                               # evaluate each client's own model
         public_aux=False,                                         # prototypes: statistics of the client's data
-        hparams={"lam": 1.0})
+        hparams={"lam": 1.0},
+        needs_features=True)                                      # the model must return (logits, features)

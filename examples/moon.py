@@ -73,4 +73,5 @@ def moon() -> fj.Algorithm:
         "moon", server=fj.algorithms.weighted_mean_server, upload=upload,       # FedAvg's server
         local_loss=local_loss, init_client_state=lambda params: params,         # previous model: θ_0
         private_upload=True,                                                     # Δ_i: a function of w̃ and θ
-        hparams={"mu_con": 1.0, "tau": 0.5})
+        hparams={"mu_con": 1.0, "tau": 0.5},
+        needs_features=True)  # the model must return (logits, features)

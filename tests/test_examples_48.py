@@ -115,7 +115,8 @@ def test_feddecorr_without_features_is_one_line(capsys, tmp_path):
                              "--partition", "given", "--model", "tiny", "--clients", "3", "--clients-per-round", "3",
                              "--rounds", "1", "--no-progress", "--out", str(tmp_path / "x")])
     err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("fedalf: warning: code digest"))
-    one_line_error(code, err, "algorithm 'feddecorr': local_loss", "batch.features is None", "(logits, features)")
+    one_line_error(code, err, "algorithm 'feddecorr' needs the model's features", "returns its logits only",
+                   "(logits, features)")  # refused up front (needs_features), before anything is compiled
 
 
 # ---- Per-FedAvg (first order) -------------------------------------------------------------------------------

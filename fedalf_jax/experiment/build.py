@@ -270,7 +270,26 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
     check_applied(cfg, spec)
     from ..sim.contract import check_program_run  # a client program: not yet under a mechanism (issue 48)
     check_program_run(spec)
+    check_features(cfg, spec)
     return spec
+
+
+def returns_features(model: Model) -> bool:
+    """Whether the model's ``__call__`` returns ``(logits, features)`` (or a dict with ``"features"``), not its
+    logits alone: read off one traced pass (:func:`jax.eval_shape`, nothing compiled or run)."""
+    variables = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+    x = jax.ShapeDtypeStruct((2, *model.input_shape), jnp.float32)
+    feats = jax.eval_shape(lambda v, x: model.apply(v, x, features=True)[0][1], variables, x)
+    return feats is not None
+
+
+def check_features(cfg: Config, spec: RoundSpec) -> None:
+    """An algorithm that declares ``needs_features`` (it reads ``batch.features`` or ``ctx.apply``'s features)
+    refuses a model that returns its logits only, in one line, before anything is compiled or written."""
+    if getattr(spec.algorithm, "needs_features", False) and not returns_features(spec.model):
+        raise ConfigError(f"algorithm {spec.algorithm.name!r} needs the model's features, but model {cfg.model!r} "
+                          f"returns its logits only: use a model whose __call__ returns (logits, features), e.g. "
+                          f"--model examples.moon:model (docs/extending.md)")
 
 
 def central_sensitivity(cfg: Config) -> float:

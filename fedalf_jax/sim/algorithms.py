@@ -232,6 +232,8 @@ class Algorithm:
     * ``reads_server_lr``: ``False`` declares that ``server`` never reads ``ServerIn.server_lr_t`` (it sets its
       own step, as FedExP's extrapolation does): a given ``--server-lr``/``--server-lr-decay`` is then said to
       have no effect, and a sweep runs once the combinations differing only in them.
+    * ``needs_features``: the algorithm reads the model's features (``batch.features``, ``ctx.apply``'s second
+      value): a model that returns its logits only is refused in one line before anything is compiled.
     """
 
     name: str
@@ -256,6 +258,7 @@ class Algorithm:
     hparams: Any = ()  # the algorithm's own hyper-parameters: {name: default float}, kept as ((name, default), ...)
     client: Any = None  # a fj.ClientProgram(init, step, final): the client's whole procedure instead of upload & co.
     reads_server_lr: bool = True  # False: the server never reads ServerIn.server_lr_t (it sets its own step: FedExP)
+    needs_features: bool = False  # reads the model's features: a model returning logits only is refused up front
 
     def __post_init__(self):
         object.__setattr__(self, "hparams", _own_hparams(self.name, self.hparams))

@@ -23,21 +23,85 @@ def error(msg: str) -> Exception:
     return ConfigError(msg)
 
 
-def call(alg, name: str, fn, args: tuple, kw: dict, expected: str):
-    """``fn(*args, **kw)``, a function of the algorithm's contract (``name``: ``penalty``, ``upload``, ...),
-    after checking that its signature takes these arguments: a function that does not fit is one line naming
-    it, its signature and how the round calls it (``expected``), not a ``TypeError`` from inside the round."""
+def call(alg, name: str, fn, args: tuple, kw: dict, expected: str, hint=None):
+    """``fn(*args, **kw)``, a function of the algorithm's contract (``name``: ``penalty``, ``upload``,
+    ``client.step``, ...), after checking that its signature takes these arguments: a function that does not
+    fit is one line naming it, its signature and how the round calls it (``expected``), not a ``TypeError``
+    from inside the round. An exception raised in the user's own code while it runs is one line too
+    (:func:`user_failure`; ``hint(e)``: the likely cause, or ``""``), the original its ``__cause__``."""
     import inspect
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or a callable without a signature: called as it is
-        return fn(*args, **kw)
+        sig = None
+    if sig is not None:
+        try:
+            sig.bind(*args, **kw)
+        except TypeError as e:
+            raise error(f"algorithm {alg.name!r}: {name}{sig} does not fit the contract: the round calls it as "
+                        f"{name}({expected}) ({e}); docs/extending.md") from None
     try:
-        sig.bind(*args, **kw)
-    except TypeError as e:
-        raise error(f"algorithm {alg.name!r}: {name}{sig} does not fit the contract: the round calls it as "
-                    f"{name}({expected}) ({e}); docs/extending.md") from None
-    return fn(*args, **kw)
+        return fn(*args, **kw)
+    except Exception as e:  # noqa: BLE001 - what the user's function raised, named in one line
+        told = user_failure(f"algorithm {alg.name!r}: {name}", e, hint(e) if hint is not None else "")
+        if told is None:
+            raise
+        raise told from e
+
+
+DEBUG_ENV = "FEDALF_DEBUG"  # set: the CLI shows the traceback behind a one-line error (fedalf_jax/cli.py)
+
+
+@functools.lru_cache(maxsize=None)
+def _not_user_dirs() -> tuple:
+    """The folders whose code is not the user's: this package's, the standard library's, installed packages'."""
+    import os
+    import sysconfig
+    from pathlib import Path
+    dirs = {str(Path(__file__).resolve().parents[1])}
+    dirs |= {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+
+
+def user_frame(tb) -> str | None:
+    """``file:line (in function)`` of the innermost frame of the traceback ``tb`` in the user's own code (not
+    in fedalf_jax, the standard library or an installed package such as jax, flax, optax), the file relative to
+    the working directory when it lies under it; ``None`` when no frame is the user's."""
+    import os
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = code.co_filename
+        if not path.startswith("<frozen"):
+            real = os.path.realpath(path) if not path.startswith("<") else path
+            if not real.startswith(_not_user_dirs()):
+                found = (real, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    if found is None:
+        return None
+    path, line, func = found
+    if not path.startswith("<"):
+        rel = os.path.relpath(path)
+        path = rel if not rel.startswith(os.pardir) else path
+    return f"{path}:{line} (in {func})"
+
+
+def user_failure(where: str, e: BaseException, hint: str = "") -> Exception | None:
+    """One line for an exception ``e`` that the user's function ``where`` (``algorithm 'x': client.step``)
+    raised in the user's own code: its file and line (:func:`user_frame`), the error's first line, the likely
+    cause (``hint``) when known, and how to see the traceback. ``None`` (the caller re-raises ``e``) for an
+    error already told in one line (a :class:`~fedalf_jax.errors.ConfigError`, any of this package's) or one
+    raised outside the user's code."""
+    if isinstance(e, ConfigError) or type(e).__module__.split(".")[0] == "fedalf_jax":
+        return None
+    at = user_frame(e.__traceback__)
+    if at is None:
+        return None
+    text = str(e).strip()
+    msg = text.splitlines()[0] if text else ""
+    cause = f"; likely cause: {hint}" if hint else ""
+    return error(f"{where} failed at {at}: {type(e).__name__}{': ' + msg[:200] if msg else ''}{cause} "
+                 f"(set {DEBUG_ENV}=1 for the full traceback)")
 
 
 def _leaf(x) -> str:
@@ -200,7 +264,10 @@ def checked_loss(alg, name: str, fn):
                         "returns (logits, features) (docs/extending.md), or do without batch.features")
             else:
                 hint = ""
-            raise error(f"{where}'s function failed ({type(e).__name__}: {msg[:160]}){hint}") from None
+            at = user_frame(e.__traceback__)
+            at = f" at {at}" if at else ""
+            raise error(f"{where}'s function failed ({type(e).__name__}: {msg[:160]}){at}{hint} (set {DEBUG_ENV}=1 "
+                        f"for the full traceback)") from e
         try:
             shape, dtype = jnp.shape(out), jnp.result_type(out)
         except TypeError:

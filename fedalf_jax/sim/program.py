@@ -108,8 +108,9 @@ class DataPass:
     """A pass over one client's own training examples (its padded index row, the real ones masked):
     :meth:`fold`. Exact whatever the optimiser: every real example is seen once, in its index order."""
 
-    def __init__(self, alg, x_pool, y_pool, idx, n, batch_size: int):
+    def __init__(self, alg, x_pool, y_pool, idx, n, batch_size: int, hint=None):
         self._alg, self._x, self._y, self._idx, self._n, self._b = alg, x_pool, y_pool, idx, n, int(batch_size)
+        self._hint = hint  # e -> the likely cause of what fn raised (ModelApply.hint), or None
 
     def fold(self, fn: Callable, init, *, batch_size: Optional[int] = None):
         """``fn(acc, batch: ClientBatch) -> acc`` folded over the client's examples in batches of
@@ -124,7 +125,7 @@ class DataPass:
         def body(acc, rms):
             r, m, s = rms
             new = C.call(self._alg, "ctx.data.fold's function", fn,
-                         (acc, ClientBatch(self._x[r], self._y[r], m, s)), {}, "acc, batch")
+                         (acc, ClientBatch(self._x[r], self._y[r], m, s)), {}, "acc, batch", hint=self._hint)
             C.check_fold(self._alg, new, acc)
             live = jnp.any(m)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(live, b, a), acc, new), None
@@ -145,12 +146,32 @@ def label_counts(y_pool, idx, n, num_classes: int):
     return jnp.zeros((num_classes,), jnp.int32).at[y_pool[idx]].add(real)
 
 
-def model_apply(model):
-    """``ctx.apply``: ``(params, x, *, train=False, key=None) -> (logits, features)``."""
-    def apply(params, x, *, train: bool = False, key=None):
-        out, _ = model.apply({"params": params}, x, train=train, rng=key, features=True)
+class ModelApply:
+    """``ctx.apply``: ``(params, x, *, train=False, key=None) -> (logits, features)``; it notes whether it
+    returned ``None`` features (a model returning its logits only), so a program that failed on them is told
+    why (:meth:`hint`)."""
+
+    def __init__(self, model):
+        self.model, self.gave_none = model, False
+
+    def __call__(self, params, x, *, train: bool = False, key=None):
+        out, _ = self.model.apply({"params": params}, x, train=train, rng=key, features=True)
+        self.gave_none = self.gave_none or out[1] is None
         return out
-    return apply
+
+    def hint(self, e) -> str:
+        """The likely cause of ``e``, raised by a program's function that called this ``apply``: ``None``
+        features of a model that returns its logits only (``""`` when unknown)."""
+        if self.gave_none and "None" in f"{type(e).__name__}: {e}":
+            return (f"model {self.model.name!r} returns its logits only, so ctx.apply's features are None: use a "
+                    f"model whose __call__ returns (logits, features), e.g. --model examples.moon:model "
+                    f"(docs/extending.md)")
+        return ""
+
+
+def model_apply(model):
+    """``ctx.apply``: ``(params, x, *, train=False, key=None) -> (logits, features)`` (:class:`ModelApply`)."""
+    return ModelApply(model)
 
 
 class Sent(NamedTuple):
@@ -227,16 +248,17 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),
                         label_counts(y, idx, n, spec.model.num_classes),
                         None if index is None else jnp.asarray(index, jnp.int32))
+    apply = model_apply(spec.model)
     ctx = ClientContext(theta, state, hp, bcast, jnp.asarray(t, jnp.int32), lr_t, k_ctx, facts,
-                        model_apply(spec.model), DataPass(alg, x, y, idx, n, spec.batch_size),
+                        apply, DataPass(alg, x, y, idx, n, spec.batch_size, hint=apply.hint),
                         theta_vars.get("batch_stats"))
     prog = program(ctx)
-    carry = C.call(alg, "client.init", prog.init, (ctx,), {}, "ctx")
+    carry = C.call(alg, "client.init", prog.init, (ctx,), {}, "ctx", hint=apply.hint)
     C.check_arrays(f"algorithm {alg.name!r}: client.init", "the carry", carry)
     carry = jax.tree_util.tree_map(jnp.asarray, carry)
     if prog.step is not None:
-        carry = _steps(spec, prog.step, ctx, carry, x, y, idx, n, k_train)
-    out = C.call(alg, "client.final", prog.final, (carry, ctx), {}, "carry, ctx")
+        carry = _steps(spec, prog.step, ctx, carry, x, y, idx, n, k_train, hint=apply.hint)
+    out = C.call(alg, "client.final", prog.final, (carry, ctx), {}, "carry, ctx", hint=apply.hint)
     noise_var = jnp.zeros((), jnp.float32)
     stats, loss = None, None
     if isinstance(out, Reveal):  # the model the client reveals: through the mechanism, then Δ_i = θ − w̃
@@ -265,7 +287,7 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     return ClientOut(delta, new_state, loss, stats, noise_var, aux)
 
 
-def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key):
+def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key, hint=None):
     """``step`` once per local minibatch step of :func:`~fedalf_jax.sim.client.scan_steps` (``spec.epochs``
     epochs of ``⌈L / B⌉`` steps, or ``--local-steps K``): the batches and keys the default client's SGD
     steps on; a step with no real example keeps the carry."""
@@ -273,7 +295,7 @@ def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key):
 
     def body(carry, rows, mask, rng, k):
         batch = ClientBatch(x_pool[rows], y_pool[rows], mask, jnp.asarray(k, jnp.int32), rng)
-        new = C.call(alg, "client.step", step_fn, (carry, batch, ctx), {}, "carry, batch, ctx")
+        new = C.call(alg, "client.step", step_fn, (carry, batch, ctx), {}, "carry, batch, ctx", hint=hint)
         C.check_carry(alg, new, carry)
         return new
 
