@@ -24,12 +24,14 @@ if _started_as_command():  # the fedalf command: Ctrl-C and SIGTERM are kept fro
     from .allocator import restart_with_settings as _restart_with_settings
     _restart_with_settings()  # an allocator that keeps what XLA frees (allocator.py): once, before anything loads
     _INTERRUPT.install_for_command()
+    from .interrupt import watch_parent as _watch_parent
+    _watch_parent()  # a `sweep --processes` child: stopped (its round saved) when its parent ends (interrupt.py)
 
 from .api import Result, SweepResult, client_splits, load, report, run, sweep
 from .experiment.config import Config, ConfigError
 from .experiment.metrics import fairness_angle, summarize
 from .experiment.registry import ArrayData, register_algorithm, register_dataset, register_model
-from .sim import algorithms
+from . import algorithms  # the base types, the pieces and the built-in plug-ins
 from .sim.algorithms import (Algorithm, Batch, ClientFacts, HParams, Personal, ServerIn, cross_entropy,
                              local_optimizer)
 from .sim.program import ClientBatch, ClientContext, ClientProgram, DataPass, Reveal

@@ -44,7 +44,7 @@ mutate fedalf_jax/sim/round.py "jax.random.choice(key, spec.num_clients, " "jax.
   "glue: the last client is never sampled" "$G -k sampled_clients"
 mutate fedalf_jax/sim/algorithms.py "u = T.add(w_tilde, T.scale(step, 1.0 / hp.rho))" "u = T.add(w_tilde, step)" \
   "glue: ADMM increment upload without the 1/rho" "$G -k admm_increment"
-mutate fedalf_jax/sim/algorithms.py 'Algorithm("fedadmm", server=mean_server,' 'Algorithm("fedadmm", server=weighted_mean_server,' \
+mutate fedalf_jax/algorithms/fedadmm.py 'Algorithm("fedadmm", server=mean_server,' 'Algorithm("fedadmm", server=weighted_mean_server,' \
   "glue: FedADMM's server weighted by n_i" "$G -k fedadmm_server"
 mutate fedalf_jax/sim/privacy.py "scale = clip / jnp.maximum(norm, clip)" "scale = 1.0 / jnp.maximum(norm, 1.0)" \
   "glue: Gaussian clipping at 1 whatever the clip" "$G -k gaussian_clipping"
@@ -147,7 +147,7 @@ mutate fedalf_jax/sim/program.py '            noise_var = upload_noise(out.uploa
   "private: the clients' noise variance never reaches the server" "$PF -k round_carries"
 mutate fedalf_jax/sim/algorithms.py 'noise = jnp.sum(s.noise_var) if fair_norm == "denoised"' 'noise = jnp.sum(s.noise_var) if fair_norm == "raw"' \
   "private: the fair server ignores --fair-norm denoised" "$PF -k round_carries"
-mutate fedalf_jax/experiment/config.py '_PRIVATE_DEFAULTS = {"ldp_on": "update",' '_PRIVATE_DEFAULTS = {"ldp_on": "weights",' \
+mutate fedalf_jax/algorithms/declare.py '"ldp_on": Option("weights", private="update")}' '"ldp_on": Option("weights", private="weights")}' \
   "private: a private run's default puts the noise on the weights" "$PF -k guarantee_holding"
 mutate fedalf_jax/experiment/identity.py '    d = {**LEGACY, **d}' '    d = dict(d)' \
   "private: a run from before --ldp-on resumes with today's defaults" "$PF -k before_these_options"
@@ -161,8 +161,8 @@ mutate fedalf_jax/experiment/build.py '    test = [np.asarray(t) + n_train for t
   "api: given client lists' test rows index the train examples" "$AP -k hand"
 mutate fedalf_jax/experiment/config.py '            d["dataset_digest"] = registry.dataset(self.dataset).digest' '            pass' \
   "api: a registered data set's arrays not part of the run's identity" "$AP -k other_arrays"
-mutate fedalf_jax/api.py '                  rd.path if rd else None, rd.summary() if rd else None, slot.variables)' \
-  '                  rd.path if rd else None, rd.summary() if rd else None, None)' \
+mutate fedalf_jax/api.py '                  rd.path if rd else None, rd.summary() if rd else None, slot.variables, slot.average)' \
+  '                  rd.path if rd else None, rd.summary() if rd else None, None, slot.average)' \
   "api: fj.run keeps no final model" "$AP -k bit_for_bit"
 # issue #15 item 5: central DP (labels start with "central"), tests/test_central_dp.py
 CD=tests/test_central_dp.py
@@ -179,8 +179,8 @@ mutate fedalf_jax/experiment/config.py '            d["central_rounds"] = self.r
 # issue #15 item 2: the history rows' window under noise (labels start with "tau"), tests/test_wiring.py
 mutate fedalf_jax/sim/algorithms.py '    if tau is None:' '    if True:' "tau: --history-tau ignored by the window" \
   "tests/test_wiring.py -k history_tau"
-mutate fedalf_jax/experiment/build.py '                fair_norm=cfg.resolved_fair_norm, history_tau=cfg.history_tau)' \
-  '                fair_norm=cfg.resolved_fair_norm)' "tau: --history-tau never reaches the server" "tests/test_wiring.py -k history_tau"
+mutate fedalf_jax/algorithms/fedalf.py '"qp_method", "fair_norm", "history_tau"),' \
+  '"qp_method", "fair_norm"),' "tau: --history-tau never reaches the server" "tests/test_wiring.py -k history_tau"
 # issue #27 items 2, 12, 17: signals, resume hints, notices (labels start with "signals"), tests/test_signals.py
 SG=tests/test_signals.py
 mutate fedalf_jax/interrupt.py '("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1")' '("SIGINT",)' \
@@ -363,8 +363,8 @@ mutate notebooks/fedalf_round.ipynb "project's active-set solver (Wolfe's" "jaxo
 D=tests/test_sweep_dedupe.py
 mutate fedalf_jax/experiment/sweep_plan.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
   '        ident = c.identity()' "dedupe: ignored options not normalised (every combination a run)" "$D -k distinct"
-mutate fedalf_jax/experiment/identity.py \
-  $'        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full",\n                   local_steps="client_grad=full")' '        pass' \
+mutate fedalf_jax/algorithms/fedlf.py \
+  $'        return dict(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full",\n                    local_steps="client_grad=full")' '        pass' \
   "dedupe: FedLF client_grad=full said to read --lr" "$D -k distinct"
 mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
   "dedupe: the sweep runs every combination" "$D -k ignored_lr"
@@ -954,7 +954,7 @@ mutate fedalf_jax/sim/round.py 'lambda a, v: (a + (v - a) / jnp.asarray(t, a.dty
   "steps48: the 'average' is the last iterate" "$LS -k averaged"
 mutate fedalf_jax/sim/train.py '_eval(spec)(state.average,' '_eval(spec)(state.variables,' \
   "steps48: the avg_* columns evaluate the last iterate" "$LS -k averaged"
-mutate fedalf_jax/experiment/identity.py $'local_optimizer="client_grad=full",\n                   local_steps="client_grad=full")' \
+mutate fedalf_jax/algorithms/fedlf.py $'local_optimizer="client_grad=full",\n                    local_steps="client_grad=full")' \
   'local_optimizer="client_grad=full")' \
   "steps48: --local-steps with FedLF's full gradient is not said to be unread" "$LS -k said"
 # end steps48
@@ -1048,7 +1048,7 @@ mutate fedalf_jax/experiment/guarantee.py "        if not user.private_upload an
   "priv48: a Reveal's record needs a private_upload declaration (does not hold)" "$CPP -k record"
 mutate fedalf_jax/experiment/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is not None and user.public_aux:" \
   "    if False:" "priv48: a program's public aux headlined without naming its declaration" "$CPP -k record"
-mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    return spec' "    return spec" \
+mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    check_features(cfg, spec)' "    check_features(cfg, spec)" \
   "priv48: a program on a batch-statistics model refused only once the round is traced" "tests/test_client_program.py -k batch_statistics"
 mutate examples/scaffold1.py "    c_new = full_gradient(ctx, ctx.theta)" "    c_new = full_gradient(ctx, w)" \
   "priv48: SCAFFOLD option I's c_i⁺ at the trained w, not θ" "$CPP -k scaffold1_matches"
@@ -1203,4 +1203,64 @@ mutate fedalf_jax/experiment/loop.py "                        slot.average = to_
 mutate fedalf_jax/api.py "            self._average = dict(self._checkpoint.average)" \
   "            self._average = dict(self._checkpoint.variables)" "trust55: the loaded averaged iterate is the last model" \
   "$T55R -k averaged_iterate"
+# item 5 (a user's function failing inside the round is one line): tests/test_trust55_user_errors.py
+# issue 55 item 5 (labels start with "trust55:"): a user's function failing in a client program is one line
+U=tests/test_trust55_user_errors.py
+mutate fedalf_jax/sim/contract.py "        if told is None:
+            raise
+        raise told from e" "        raise" \
+  "trust55: a user's function failing in a client program is the raw exception again" "$U -k data_pass"
+mutate fedalf_jax/sim/contract.py "        raise told from e" "        raise told from None" \
+  "trust55: fj.run's one-line error loses the original exception (__cause__)" "$U -k data_pass"
+mutate fedalf_jax/sim/contract.py "                found = (real, tb.tb_lineno, code.co_name)" \
+  "                found = found or (real, tb.tb_lineno, code.co_name)" \
+  "trust55: the outermost user frame is named, not the line that failed" "$U -k fedproto_step"
+mutate fedalf_jax/sim/program.py "        self.gave_none = self.gave_none or out[1] is None" "        self.gave_none = False" \
+  "trust55: no likely cause (logits-only model's None features) in the one line" "$U -k data_pass"
+mutate fedalf_jax/sim/program.py "(acc, ClientBatch(self._x[r], self._y[r], m, s)), {}, \"acc, batch\", hint=self._hint)" \
+  "(acc, ClientBatch(self._x[r], self._y[r], m, s)), {}, \"acc, batch\")" \
+  "trust55: a data pass's failure on None features is not told its likely cause" "$U -k data_pass"
+mutate fedalf_jax/sim/contract.py "            at = f\" at {at}\" if at else \"\"" "            at = \"\"" \
+  "trust55: local_loss's failure does not name the user's file and line" "$U -k local_loss_failure"
+mutate fedalf_jax/experiment/build.py "    check_features(cfg, spec)
+" "" "trust55: an algorithm needing features runs (and fails late) on a logits-only model" "$U -k needing_features"
+mutate fedalf_jax/experiment/build.py "    return feats is not None" "    return True" \
+  "trust55: a logits-only model is taken for one returning features" "$U -k features"
+mutate examples/fedproto.py "        needs_features=True)" "        needs_features=False)" \
+  "trust55: examples/fedproto.py does not declare needs_features" "$U -k needing_features"
+# items 6, 7, 9-12 (options nothing reads, the sweep grid, config.json, notices, jemalloc): tests/test_trust55_options.py
+# issue 55 items 6, 7, 9, 10, 11, 12 (labels start with "trust55:"), tests/test_trust55_options.py
+T55O=tests/test_trust55_options.py
+mutate fedalf_jax/experiment/identity.py '        if cfg.dp != "central" and not _reads_server_lr(cfg):' '        if False:' \
+  "trust55: a user's server declaring reads_server_lr=False: --server-lr not said to have no effect" "$T55O -k server_lr"
+mutate fedalf_jax/experiment/identity.py '    return alg is None or bool(getattr(alg, "reads_server_lr", True))' '    return True' \
+  "trust55: Algorithm.reads_server_lr not read" "$T55O -k server_lr"
+mutate fedalf_jax/experiment/identity.py '        out.update(eval_average="eval_every=never", train_loss_every="eval_every=never")' '        pass' \
+  "trust55: --eval-average/--train-loss-every with --eval-every never not said" "$T55O -k eval_options"
+mutate fedalf_jax/api.py 'set(grid) - fields if not' 'set(grid) - set(base) if not' \
+  "trust55: fj.sweep's grid checked against to_dict's keys (local_steps, eval_average refused)" "$T55O -k grid"
+mutate fedalf_jax/experiment/config.py '            kw.pop(k, None)' '            pass' \
+  "trust55: fj.Config(**config.json) refuses its privacy record" "$T55O -k config_json"
+mutate fedalf_jax/experiment/config.py 'a run'"'"'s saved config reads back with fj.Config.from_dict(d) or ' 'a run'"'"'s saved config: ' \
+  "trust55: Config's unknown-keyword message names no reader of a saved config" "$T55O -k config_json"
+mutate fedalf_jax/notices.py 'warnings.formatwarning = _one_line' 'pass' \
+  "trust55: a notice printed with Python's source line after it" "$T55O -k notice_is_one_line"
+mutate fedalf_jax/allocator.py '        if _shared_library(given):' '        if os.path.isfile(given):' \
+  "trust55: FEDALF_JEMALLOC naming a text file preloaded, jemalloc recorded as applied" "$T55O -k jemalloc"
+mutate fedalf_jax/allocator.py '        if given not in _SAID:' '        if True:' \
+  "trust55: a FEDALF_JEMALLOC that is no library said at every look, not once" "$T55O -k not_preloaded"
+mutate experiments/afl_setting.py 'lr_decay=1.0, eval_average=True, checkpoint_every="never")' \
+  'lr_decay=1.0, server_lr=1.0, eval_average=True, checkpoint_every="never")' \
+  "trust55: experiments/afl_setting.py gives qfedavg --server-lr 1 again" "$T55O -k afl"
+# issue 56 item 1 (label "plugins56"): the built-ins are plug-ins that declare what the package knows of them,
+# tests/test_builtin_plugins.py
+PL=tests/test_builtin_plugins.py
+mutate fedalf_jax/reporting/runs.py 'LABELS = {name: factory.declares.label for name, factory in BUILTINS.items()}' \
+  'LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM", "fedlf": "FedLF", "fedalf": "FedALF"}' \
+  "plugins56: a table of the built-ins' names is back" "$PL -k by_its_name"
+mutate fedalf_jax/algorithms/fedalf.py 'defaults={"server_lr": Option(0.5, private=1.0),' 'defaults={"server_lr": Option(0.5),' \
+  "plugins56: FedALF's private step default lost" "$PL -k declared_defaults"
+mutate fedalf_jax/algorithms/declare.py '        opt = self.options.get(name) or self.defaults.get(name) or GENERIC.get(name)' \
+  '        opt = self.options.get(name) or GENERIC.get(name)' "plugins56: an algorithm's own defaults of every algorithm's options ignored" \
+  "$PL -k declared_defaults"
 exit $status

@@ -25,7 +25,7 @@ def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12, progress=None,
     For ``osqp`` the count is its ADMM steps and polish steps; each ADMM step also runs an inner CG
     loop that jaxopt does not count, so it is a lower bound. ``{}`` for algorithms without a QP.
     """
-    if cfg.algorithm not in ("fedlf", "fedalf"):
+    if not cfg.declares.fair_server:  # an algorithm whose server solves no per-layer QP
         return {}
     from ..sim.qp import resolve_method
     from ..experiment.loop import Program, default_run_map, to_host

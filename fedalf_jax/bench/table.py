@@ -8,6 +8,8 @@ import resource
 import jax
 import numpy as np
 
+from ..algorithms import declared
+
 
 def sig(v, digits: int = 3) -> str:
     """``v`` to ``digits`` significant digits, never in exponent form: 0.0123, 81.3, 976, 1,230."""
@@ -51,12 +53,6 @@ def _rows(rows: list[tuple[str, str, str]]) -> list[str]:
     return [f"  {a:<{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
 
 
-# what the server step computes, per algorithm (the rest: a weighted mean of the uploads and the update)
-_SERVER_WORK = {"fedlf": "the fair direction's per-layer Grams and QPs, and the model update",
-                "fedalf": "the fair direction's per-layer Grams and QPs, and the model update",
-                "qfedavg": "qFedAvg's weighted update", "fedadmm": "the mean of the uploads and the model update"}
-
-
 def format_bench(res: dict) -> str:
     """The table ``fedalf bench`` prints for :func:`bench`'s result: times with units to 3 significant
     digits, what each line measures, and only the fields that matter for the model (the convolution only
@@ -80,7 +76,7 @@ def format_bench(res: dict) -> str:
         rows.append(("sequential loop", duration(res["sequential_s_per_round"]) + "/round",
                      "the same math, one jitted call per client, then the server step"))
         rows.append(("speedup", f"{sig(res['speedup'])}×", "sequential loop / compiled round"))
-    work = _SERVER_WORK.get(algo, "the weighted mean of the uploads and the model update")
+    work = declared(algo).server_work  # what its server step computes, as it declares
     if "pytorch_s_per_round" in res:
         pt = res["pytorch"]
         rows.append(("PyTorch loop", duration(res["pytorch_s_per_round"]) + "/round",

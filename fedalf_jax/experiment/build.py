@@ -21,6 +21,7 @@ from ..notices import Notice
 from ..problem.data import aligned_empty, joined, load_dataset
 from ..problem.models import Model, make_model, split_outputs
 from ..problem.partitions import make_partition, pad_indices
+from ..algorithms import BUILTINS
 from ..sim import algorithms as A
 from ..sim.fairness import module_layers, tensor_layers
 from ..sim.round import ClientData, RoundSpec, default_client_map
@@ -69,16 +70,11 @@ def _algorithm(cfg: Config, layer_of) -> A.Algorithm:
             raise ConfigError(str(e)) from None
         check_own_hparams(cfg, alg)
         return alg
-    fair = dict(history=cfg.resolved_history, merge_tol=cfg.merge_tol, qp_method=cfg.qp_method,
-                fair_norm=cfg.resolved_fair_norm, history_tau=cfg.history_tau)
-    kw = {
-        "fedadmm": dict(server_target=cfg.resolved_server_target, dual_from=cfg.resolved_dual_from),
-        "fedlf": dict(client_grad=cfg.client_grad, **fair),
-        "fedalf": dict(server_target=cfg.resolved_server_target, dual_from=cfg.resolved_dual_from, **fair),
-    }.get(cfg.algorithm, {})
-    factory = A.FACTORIES[cfg.algorithm]
+    factory = BUILTINS[cfg.algorithm]
+    decl = factory.declares  # the options its factory takes, resolved for this run (its declared defaults)
+    kw = {name: cfg.resolved_history if name == "history" else cfg.resolved(name) for name in decl.factory_options}
     return _built_once((cfg.algorithm, frozen(layer_of), tuple(sorted(kw.items()))),
-                       lambda: factory(layer_of, **kw) if cfg.algorithm in ("fedlf", "fedalf") else factory(**kw))
+                       lambda: factory(layer_of, **kw) if decl.needs_layers else factory(**kw))
 
 
 def _built_once(key, make) -> A.Algorithm:

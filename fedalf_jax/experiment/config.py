@@ -19,43 +19,20 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from ..algorithms import BUILTINS, declared
 from ..errors import ConfigError  # raised here and by every floor; fj.ConfigError is this class
 from ..sim.algorithms import DUAL_FROM, FAIR_NORMS, LOCAL_OPTIMIZERS, SERVER_TARGETS
 from ..sim.privacy import NEIGHBOURING
 from . import registry
 from .guarantee import _check_accountable, privacy_record, validate_privacy  # it reads no name of this module
 # the options' values (re-exported: `from fedalf_jax.experiment.config import ALGORITHMS` keeps working)
-from .options import (_ADMM, ALGORITHMS, ASSIGNS, CLIENT_GRADS, CLIENT_MAPS, CONTINUOUS, DATASETS, DPS, LAYERS, LDP_ON,
+from .options import (ALGORITHMS, ASSIGNS, CLIENT_GRADS, CLIENT_MAPS, CONTINUOUS, DATASETS, DPS, LAYERS, LDP_ON,
                       LDPS, LOGS, MATMUL_PRECISIONS, MODELS, PARTITIONS, QP_METHODS, STATE_DTYPES, _user_algorithm)
 
 
-# Server learning rate and its per-round decay when the user gives none (docs/algorithms.md).
-_SERVER_DEFAULTS = {
-    "fedavg": (1.0, 1.0),
-    "fedprox": (1.0, 1.0),
-    "qfedavg": (1.0, 1.0),  # unused: qFedAvg's step is set by its h_i
-    "fedadmm": (1.0, 1.0),
-    "fedlf": (0.05, 0.999),  # Δ_i is a gradient (client_grad=full) or (θ−w_i)/η_l: η_g is a step size
-    "fedalf": (0.5, 0.999),
-}
-
-
-# FedALF's and FedADMM's upload (server_target) and ADMM penalty ρ when the user gives none: chosen by
-# the multi-seed ablation in docs/results.md (MLP, pat1 and pat2, 200 rounds, 3 seeds). History rows
-# (resolved_history) are on for fedalf as for fedlf: FedALF's server is FedLF's.
-_ADMM_DEFAULTS = {
-    "fedalf": ("increment", 0.01),
-    "fedadmm": ("model", 0.1),
-}
-
-
-# A private run (a mechanism on) that leaves these options unset gets the guarantee-holding variant that
-# trained best in docs/results.md §5 (MLP, pat1 and pat2, 200 rounds, 2-3 seeds, epsilon = 2): the noise
-# on the update, the server's fair direction rescaled with the noise's share removed, and the ADMM upload
-# of the model alone (the dual stays on the client), so that the upload is the mechanism's output.
-_PRIVATE_DEFAULTS = {"ldp_on": "update", "fair_norm": "denoised", "server_target": "model", "dual_from": "local"}
-_PRIVATE_SERVER_LR = {"fedalf": (1.0, 0.999)}  # η_g: 1.0 beat the paper's 0.5 on pat1 and pat2 (§5)
-
+# The per-algorithm defaults (server_lr, rho, server_target, history, ..., and a private run's guarantee-holding
+# variants) are the algorithm's own declarations (fedalf_jax.algorithms: Declares.options / .defaults; GENERIC for an
+# algorithm that declares none): Config.resolved(name) asks them.
 
 
 # Options that may change when a run is resumed: its length, its cadences, its writers, its folder and
@@ -112,7 +89,7 @@ class Config:
     server_lr_decay: Optional[float] = None
     # algorithm hyper-parameters
     mu: float = 0.01
-    rho: Optional[float] = None  # ADMM penalty ρ; default per algorithm (_ADMM_DEFAULTS)
+    rho: Optional[float] = None  # ADMM penalty ρ; default per algorithm (its declarations)
     q: float = 0.1
     client_grad: str = "full"
     history: Optional[bool] = None
@@ -120,7 +97,7 @@ class Config:
     layers: str = "module"
     merge_tol: float = 1e-6
     qp_method: str = "auto"  # active-set up to 256 QP rows, pgd above (fedalf_jax/sim/qp.py)
-    server_target: Optional[str] = None  # the ADMM upload; default per algorithm (_ADMM_DEFAULTS)
+    server_target: Optional[str] = None  # the ADMM upload; default per algorithm (its declarations)
     dual_from: Optional[str] = None  # local (the paper's) or perturbed; default: local
     fair_norm: Optional[str] = None  # raw or denoised (a private run's default): the fair direction's length
     # the algorithm's own hyper-parameters (Algorithm.hparams): {name: value}, overriding its declared defaults;
@@ -163,55 +140,49 @@ class Config:
         """A privacy mechanism is on (local or Gaussian DP)."""
         return self.ldp != "none" or self.dp != "none"
 
-    def _default(self, name: str):
-        if self.private and name in _PRIVATE_DEFAULTS:
-            return _PRIVATE_DEFAULTS[name]
-        return {"ldp_on": "weights", "fair_norm": "raw", "dual_from": "local"}[name]
+    @property
+    def declares(self):
+        """What the run's algorithm declares (:func:`fedalf_jax.algorithms.declared`: a built-in's own options,
+        defaults, label, privacy facts; a user's algorithm: nothing beyond its ``Algorithm``)."""
+        return declared(self.algorithm)
+
+    def resolved(self, name: str):
+        """Option ``name`` as the run uses it: the given value, else the algorithm's declared default for this
+        run (a private run's guarantee-holding variant where it declares one), else the package's
+        (:data:`fedalf_jax.algorithms.GENERIC`)."""
+        return self.declares.resolve(name, getattr(self, name), self.private)
 
     @property
     def resolved_ldp_on(self) -> str:
-        return self.ldp_on if self.ldp_on is not None else self._default("ldp_on")
+        return self.resolved("ldp_on")
 
     @property
     def resolved_fair_norm(self) -> str:
-        return self.fair_norm if self.fair_norm is not None else self._default("fair_norm")
+        return self.resolved("fair_norm")
 
     @property
     def resolved_dual_from(self) -> str:
-        return self.dual_from if self.dual_from is not None else self._default("dual_from")
-
-    def _server_defaults(self) -> tuple:
-        if self.private and self.algorithm in _PRIVATE_SERVER_LR:
-            return _PRIVATE_SERVER_LR[self.algorithm]
-        return _SERVER_DEFAULTS.get(self.algorithm, (1.0, 1.0))  # a user's algorithm: η_g 1, no decay
+        return self.resolved("dual_from")
 
     @property
     def resolved_server_lr(self) -> float:
-        return self.server_lr if self.server_lr is not None else self._server_defaults()[0]
+        return self.resolved("server_lr")
 
     @property
     def resolved_server_lr_decay(self) -> float:
-        if self.server_lr_decay is not None:
-            return self.server_lr_decay
-        return self._server_defaults()[1]
+        return self.resolved("server_lr_decay")
 
     @property
     def resolved_history(self) -> bool:
-        if self.history is not None:
-            return bool(self.history)
-        return self.algorithm in ("fedlf", "fedalf")
+        return bool(self.resolved("history"))
 
     @property
     def resolved_rho(self) -> float:
-        return self.rho if self.rho is not None else _ADMM_DEFAULTS.get(self.algorithm, ("increment", 1.0))[1]
+        return self.resolved("rho")
 
     @property
     def resolved_server_target(self) -> str:
-        if self.server_target is not None:
-            return self.server_target
-        if self.private and self.algorithm in _ADMM:
-            return _PRIVATE_DEFAULTS["server_target"]
-        return _ADMM_DEFAULTS.get(self.algorithm, ("increment", 1.0))[0]
+        return self.resolved("server_target")
 
     @property
     def declared_hp(self) -> Optional[dict]:
@@ -395,8 +366,8 @@ class Config:
             if not self.resolved_history:
                 raise ConfigError(f"history_tau {self.history_tau} sets how long history rows stay, but this run has "
                                   f"none ({self.algorithm}, history off); drop --history-tau or use --history on "
-                                  f"with fedlf or fedalf")
-        if self.dp == "central" and self.algorithm in ("fedlf", "fedalf") and self.resolved_history:
+                                  f"with {' or '.join(_declaring('history'))}")
+        if self.dp == "central" and "history" in self.declares.options and self.resolved_history:
             raise ConfigError(f"dp central with {self.algorithm}'s history rows: a client's stored row moves the server "
                               f"step in rounds it was not sampled in, which the accountant (amplified by sampling) "
                               f"does not count; add --history off")
@@ -474,6 +445,11 @@ def _taking_derived_keys(init):
 
 
 Config.__init__ = _taking_derived_keys(Config.__init__)
+
+
+def _declaring(option: str) -> list[str]:
+    """The built-in algorithms that declare ``option`` (the ones that read it)."""
+    return [name for name, factory in BUILTINS.items() if option in factory.declares.options]
 
 
 def declared_hparams(name: str, args: Optional[dict] = None) -> Optional[dict]:

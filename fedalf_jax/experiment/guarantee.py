@@ -16,12 +16,13 @@ from typing import Protocol
 
 import numpy as np
 
+from ..algorithms import BUILTINS, declared
 from ..errors import ConfigError
 from ..notices import Notice
 from ..sim.algorithms import mean_server, weighted_mean_server
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, gaussian_epsilon
 from . import registry
-from .options import _ADMM, ALGORITHMS, CLIENT_GRADS, DPS, MODELS, _user_algorithm, alg_key
+from .options import ALGORITHMS, CLIENT_GRADS, DPS, MODELS, _user_algorithm, alg_key
 
 
 
@@ -54,16 +55,16 @@ class PrivacyOptions(Protocol):
 
 # The server step's L2 sensitivity to replacing one client's clipped upload (norm ≤ clip) by another, in
 # units of η_g·clip, under dp="central" (accounted as sampling without replacement, whose relation is
-# replace-one): the mean servers' 2/m (FedAvg/FedProx average uniformly under central DP; 1/m would be
-# add/remove's), the fair servers' 2 (the fair direction has norm ≤ ‖mean Δ̃_i‖ ≤ clip whatever the QP's
-# weights, so two outputs differ by at most 2·clip). qFedAvg (its step divides by loss-dependent h_i) has no bound.
-CENTRAL_SENSITIVITY = {"fedavg": "2/m", "fedprox": "2/m", "fedadmm": "2/m", "fedlf": "2", "fedalf": "2"}
+# replace-one), as each built-in declares it (Declares.central_sensitivity): the mean servers' 2/m (FedAvg/FedProx
+# average uniformly under central DP; 1/m would be add/remove's), the fair servers' 2 (the fair direction has norm
+# ≤ ‖mean Δ̃_i‖ ≤ clip whatever the QP's weights, so two outputs differ by at most 2·clip); a built-in declaring
+# none (qFedAvg: its step divides by loss-dependent h_i) is refused. Built-in name -> sensitivity:
+CENTRAL_SENSITIVITY = {name: f.declares.central_sensitivity for name, f in BUILTINS.items()
+                       if f.declares.central_sensitivity is not None}
 # A user's algorithm is accounted as the mean servers are when its server IS one of these function objects
 # (identity: nothing is taken on trust): under dp="central" the round weighs the clients 1/m, so either is
 # θ − η_g·mean_i clip(Δ_i), which reads nothing else of ServerIn and keeps its server state as it is.
 CENTRAL_SERVERS = (weighted_mean_server, mean_server)
-_SENDS_LOSS = ("qfedavg", "fedlf", "fedalf")  # Algorithm.needs_loss: l_i = f_i(θ_t) is uploaded
-_WEIGHTED_BY_N = ("fedavg", "fedprox")  # weighted_mean_server: p_i = n_i / Σ n_j
 _AUX_NOT_COVERED = "the auxiliary upload ServerIn.aux"  # privacy_not_covered's entry (recorded_guarantee reads it)
 _PERSONAL_NOT_COVERED = "the personal models (personal_model)"
 
@@ -158,10 +159,12 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
                       f"data (user-level, amplified by sampling {cfg.clients_per_round} of {cfg.clients} without "
                       f"replacement, as the simulator does); the "
                       f"server itself sees the clipped updates before its noise and must be trusted")
-    if cfg.algorithm == "fedlf" and cfg.client_grad == "full":
-        return False, ("FedLF with client_grad=full uploads the client's full-batch gradient, which no mechanism "
-                       "perturbs (the mechanisms perturb an uploaded model: use client_grad=local)")
-    if cfg.algorithm not in ALGORITHMS:
+    builtin = cfg.algorithm in ALGORITHMS
+    if builtin:  # what its upload is under a mechanism, as it declares (a built-in that cannot hold says why)
+        holds, upload = declared(cfg.algorithm).upload_privacy(cfg)
+        if not holds:
+            return False, upload
+    if not builtin:
         user = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
         if user is None:
             return False, (f"algorithm {cfg.algorithm!r}'s factory cannot be built without the model's layers "
@@ -179,18 +182,6 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
                            f"un-noised: the mechanism perturbs only the model, so its guarantee does not cover "
                            f"what each client uploads (declare public_aux=True only if aux is a function of "
                            f"w̃_i and public values)")
-    target = cfg.resolved_server_target
-    dual_from = cfg.resolved_dual_from
-    if cfg.algorithm in _ADMM and dual_from == "local" and target == "increment":
-        return False, ("with dual_from=local the increment upload w̃_i + (λ_i − λ_i⁻)/ρ includes the dual change "
-                       "(λ_i − λ_i⁻)/ρ = w_i − θ_t, computed from the un-noised local model and never clipped, so "
-                       "the upload is the mechanism's output plus the un-noised local change, not a function of the "
-                       "output alone (dual_from=perturbed keeps the guarantee)")
-    if cfg.algorithm in _ADMM and dual_from == "local" and target == "augmented":
-        return False, ("with dual_from=local the augmented upload w̃_i + λ_i/ρ includes the dual λ_i/ρ, the sum of "
-                       "the client's un-noised local changes w_i − θ_t (at its first participation exactly that "
-                       "change), so the upload is not a function of the mechanism's output "
-                       "(dual_from=perturbed keeps the guarantee)")
     if cfg.ldp == "adaptive" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:
         return False, (f"ldp=adaptive at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the flip "
                        f"probability 1/(e^epsilon+1) rounds to 0, so every weight is released exactly")
@@ -208,17 +199,6 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
         if user.public_aux:  # its auxiliary upload rides on a second declaration
             upload += (" and its auxiliary upload ServerIn.aux a function of w̃_i and public values too "
                        "(public_aux=True)")
-    elif cfg.algorithm in _ADMM and target == "model":
-        upload = ("the model upload sends only the mechanism's output w̃_i (the dual, computed from the un-noised "
-                  "model with dual_from=local, stays on the client)" if dual_from == "local" else
-                  "the model upload sends only the mechanism's output w̃_i")
-    elif cfg.algorithm in _ADMM:
-        upload = (f"with dual_from=perturbed the dual follows w̃_i and the {target} upload is a function of the "
-                  f"client's mechanism outputs and the public θ_t")
-    elif cfg.algorithm == "fedlf":
-        upload = "the upload (θ_t − w̃_i)/η_l is a function of the mechanism's output w̃_i and public values"
-    else:
-        upload = "the upload is the mechanism's output w̃_i"
     value = "weight" if cfg.resolved_ldp_on == "weights" else "value of the update w_i − θ_t"
     if mech == "adaptive":
         what = (f"epsilon={cfg.epsilon:g}-LDP for the sign of each {value} only, given |δ| and each tensor's "
@@ -366,9 +346,9 @@ def privacy_not_covered(cfg: PrivacyOptions) -> list[str]:
         if alg is not None and alg.public_aux is False:
             out.append(f"{_AUX_NOT_COVERED} (the algorithm declares public_aux=False)")
         return out
-    if cfg.algorithm in _SENDS_LOSS:
+    if declared(cfg.algorithm).sends_loss:
         out.append("the loss l_i = f_i(θ_t)")
-    if cfg.algorithm in _WEIGHTED_BY_N:
+    if declared(cfg.algorithm).weighted_by_n:
         out.append("the sample count n_i (the aggregation weight)")
     return out
 
@@ -410,10 +390,11 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
             registry.lookup("algorithm", algorithm, ALGORITHMS)
         except registry.RegistryError as e:  # says why (unknown, or its module:attribute does not import)
             raise ValueError(str(e)) from None
-    if algorithm == "fedlf":
-        client_grad = "full" if client_grad is None else client_grad
+    decl = declared(algorithm)
+    if "client_grad" in decl.options:  # (fedlf's: what its clients send)
+        client_grad = decl.resolve("client_grad", client_grad, False)
         if client_grad not in CLIENT_GRADS:
-            raise ValueError(f"unknown client_grad={client_grad!r} for algorithm='fedlf'; "
+            raise ValueError(f"unknown client_grad={client_grad!r} for algorithm={algorithm!r}; "
                              f"use 'full' or 'local'")
     if ldp != "none" and dp != "none":
         raise ValueError(f"ldp={ldp!r} and dp={dp!r} are both on; choose one privacy mechanism "
@@ -425,11 +406,9 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
         raise ValueError(f"dp='central' needs a bound on how much one client moves the server step; algorithm="
                          f"{algorithm!r} has none (qFedAvg divides by loss-dependent h_i): use one of "
                          f"{', '.join(CENTRAL_SENSITIVITY)} (or a user's algorithm with FedAvg's server), or dp='gaussian'")
-    if algorithm == "fedlf" and client_grad != "local":
-        raise ValueError(
-            f"{option}={value!r} cannot be used with algorithm='fedlf' and client_grad={client_grad!r}: "
-            f"that client uploads its full-batch gradient, not a model, and {option} perturbs an "
-            f"uploaded model; use client_grad='local' or {option}='none'")
+    refused = decl.privacy_refusal(option, value, client_grad) if decl.privacy_refusal is not None else None
+    if refused:  # a mechanism the built-in cannot run with at all (fedlf's gradient upload)
+        raise ValueError(refused)
     if algorithm not in ALGORITHMS:  # the same for a user's algorithm (a factory needing layer_of: check_applied)
         user = _user_algorithm(algorithm, registry.version())
         if user is not None and not user.local_train:

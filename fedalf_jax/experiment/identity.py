@@ -14,6 +14,7 @@ import hashlib
 import json
 import warnings
 
+from ..algorithms import BUILTINS, declared
 from ..errors import ConfigError
 from ..notices import Notice
 from . import code_digest, registry
@@ -42,16 +43,13 @@ def identity_diff(a: dict, b: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))
 
 
-# option -> the built-in algorithms that read it (the others' programs never do); the report names no
-# variant by an option its run does not read, and a sweep runs combinations differing only in such
-# options once (ignored_options)
-USED_BY = {
-    "mu": ("fedprox",), "q": ("qfedavg",),
-    "rho": ("fedadmm", "fedalf"), "server_target": ("fedadmm", "fedalf"), "dual_from": ("fedadmm", "fedalf"),
-    "client_grad": ("fedlf",),
-    "history": ("fedlf", "fedalf"), "history_tau": ("fedlf", "fedalf"), "merge_tol": ("fedlf", "fedalf"),
-    "qp_method": ("fedlf", "fedalf"), "fair_norm": ("fedlf", "fedalf"),
-}
+# option -> the built-in algorithms that read it, as each declares its own options (Declares.options); the
+# others' programs never do: the report names no variant by an option its run does not read, and a sweep runs
+# combinations differing only in such options once (ignored_options)
+USED_BY: dict[str, tuple] = {}
+for _name, _factory in BUILTINS.items():
+    for _option in _factory.declares.options:
+        USED_BY[_option] = (*USED_BY.get(_option, ()), _name)
 
 
 def partition_ignores(partition: str) -> dict[str, str]:
@@ -78,11 +76,7 @@ def ignored_options(cfg: "Config") -> dict[str, str]:
             out.update(server_lr="", server_lr_decay="")
         return out
     out = {**partition_ignores(cfg.partition), **{k: "" for k, users in USED_BY.items() if algo not in users}}
-    if algo == "fedlf" and cfg.client_grad == "full":  # no local training: the client sends ∇f_i(θ_t)
-        out.update(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full",
-                   local_steps="client_grad=full")
-    if algo == "qfedavg":  # its step is set by its h_i (dp central, whose noise reads η_g, refuses qfedavg)
-        out.update(server_lr="", server_lr_decay="")
+    out.update(declared(algo).ignores(cfg))  # what else it declares it never reads (FedLF's gradient clients: lr)
     if cfg.ldp == "none" and cfg.dp == "none":
         out["epsilon"] = "ldp=none, dp=none"
     if cfg.dp not in ("gaussian", "central"):
@@ -113,7 +107,7 @@ def unread_options(cfg: "Config") -> dict[str, str]:
 def from_run(d: dict) -> dict:
     """A run directory's saved config (config.json, or a sweep.json entry) as it ran: an option it lacks
     was added after it was written, and it ran with that option's :data:`LEGACY` value; the per-algorithm
-    defaults that a private run now resolves differently (``_PRIVATE_DEFAULTS``) are filled in with the
+    defaults that a private run now resolves differently (the algorithms' private defaults) are filled in with the
     values it resolved then, so ``--resume`` continues it unchanged."""
     if "ldp_on" in d:
         return d

@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..sim.algorithms import FACTORIES
+from ..algorithms import BUILTINS
 from ..sim.privacy import LDP_NAMES
 from . import registry
 
-ALGORITHMS = tuple(FACTORIES)
+ALGORITHMS = tuple(BUILTINS)
 DATASETS = ("fmnist", "cifar10", "cifar100", "synthetic")
 PARTITIONS = ("pat1", "pat2", "dirichlet", "iid", "given")  # given: a registered data set's own client lists
 ASSIGNS = ("fedlf", "shards")
@@ -33,8 +33,6 @@ STATE_DTYPES = ("float32", "bfloat16")
 MATMUL_PRECISIONS = ("default", "high", "highest")
 # The numeric hyper-parameters: traced in the compiled program, so a sweep vmaps over them.
 CONTINUOUS = ("lr", "lr_decay", "server_lr", "server_lr_decay", "mu", "rho", "q", "epsilon", "delta", "clip")
-
-_ADMM = ("fedadmm", "fedalf")  # make_admm_upload: the upload may carry the dual
 
 
 @functools.lru_cache(maxsize=32)

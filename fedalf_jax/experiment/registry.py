@@ -66,8 +66,8 @@ def _builtin(kind: str) -> tuple:
     from where it reads them)."""
     from ..problem.data import DATASETS
     from ..problem.models import MODEL_NAMES
-    from ..sim.algorithms import FACTORIES
-    return {"algorithm": tuple(FACTORIES), "model": MODEL_NAMES, "dataset": DATASETS}[kind]
+    from ..algorithms import BUILTINS
+    return {"algorithm": tuple(BUILTINS), "model": MODEL_NAMES, "dataset": DATASETS}[kind]
 
 
 def is_path(name: Any) -> bool:

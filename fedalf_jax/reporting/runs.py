@@ -12,6 +12,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..algorithms import BUILTINS, declared
 from ..experiment import registry
 from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
 from ..experiment.guarantee import privacy_guarantee, recorded_guarantee
@@ -20,8 +21,7 @@ from ..experiment.columns import PERSONAL_KEYS, columns_of_file, metric_columns
 from ..experiment.rundir import METRICS, RunDir
 from ..experiment.writers import DamagedFile, read_csv_rows
 
-LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "qfedavg": "qFedAvg", "fedadmm": "FedADMM",
-          "fedlf": "FedLF", "fedalf": "FedALF"}
+LABELS = {name: factory.declares.label for name, factory in BUILTINS.items()}  # each built-in's own label
 _PRIVACY_ORDER = ("none", "adaptive", "ldp_fl", "gaussian", "central")
 
 # Options that never name a variant: the base label's, the table's axes, the seed, lr (η, or unused
@@ -161,8 +161,9 @@ def base_label(cfg: dict) -> str:
 
 
 def eta_option(cfg: dict) -> str:
-    """The option tuned as η: ``server_lr`` for FedLF without local training, else ``lr``."""
-    return "server_lr" if cfg["algorithm"] == "fedlf" and cfg.get("client_grad") == "full" else "lr"
+    """The option tuned as η, as the algorithm declares it (``server_lr`` for FedLF without local training;
+    ``lr`` for the others and a user's algorithm: :func:`swept_eta` may choose ``server_lr`` for one)."""
+    return declared(cfg["algorithm"]).eta(cfg)
 
 
 def _privacy(cfg: dict) -> str:
@@ -193,8 +194,7 @@ def _unused(cfg: dict, eta: Optional[str] = None) -> set:
     out = {k for k, users in _USED_BY.items() if algo not in users}
     out |= set(partition_ignores(cfg.get("partition", "pat1")))  # alpha outside dirichlet, assign outside pat*
     out.add(eta or eta_option(cfg))
-    if algo == "qfedavg":
-        out.add("server_lr")
+    out |= set(declared(algo).ignores(cfg))  # what else it declares it never reads (qFedAvg: server_lr)
     if _privacy(cfg) == "none":
         out.add("epsilon")
     if cfg.get("dp") not in ("gaussian", "central"):

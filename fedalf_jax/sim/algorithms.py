@@ -1,14 +1,15 @@
-"""The algorithms as small pure functions plugged into the one round (docs/algorithms.md).
+"""The algorithm contract of the one round (docs/algorithms.md, docs/extending.md), and the small pure pieces
+algorithms are built from.
 
-Each algorithm is built by a keyword factory (``fedavg()``, ``fedalf(layer_of, server_target=...)``,
-after optax's ``alias.py``) that returns an :class:`Algorithm`: three choices,
+An :class:`Algorithm` is three choices,
   * the client's local objective (a penalty added to ``f_i``, possibly using the client's state),
   * what the client uploads, as the pseudo-gradient ``Δ_i = θ_t − u_i`` (and its new state),
   * the server update from the ``Δ_i``,
 and two optional states: one per client (the ADMM dual; any pytree, ``init_client_state``) and the
 server's (FedLF's history rows; ``init_server_state``). Privacy (LDP / DP) is applied by the round
 between local training and the upload, the same way for every algorithm that uploads a model.
-A user's own algorithm is an :class:`Algorithm` too (docs/extending.md).
+The pieces (penalties, uploads, servers: ``weighted_mean_server``, ``make_fair_server``, ...) are what the
+built-in plug-ins (:mod:`fedalf_jax.algorithms`, one module each) and a user's own algorithm are made of.
 """
 
 from __future__ import annotations
@@ -553,52 +554,16 @@ def make_fair_server(layer_of, *, history: bool, merge_tol: float, qp_method: st
     return server, init_state
 
 
-# ---- the algorithms (keyword factories) -------------------------------------------------------
+# ---- the built-in algorithms: each a plug-in in its own module (fedalf_jax.algorithms) -------------------------
 
-def fedavg() -> Algorithm:
-    """FedAvg: local SGD on ``f_i``, ``θ ← θ − η_g Σ p_i Δ_i``."""
-    return Algorithm("fedavg", server=weighted_mean_server, upload=model_upload, private_upload=True)
+_MOVED = ("fedavg", "fedprox", "qfedavg", "fedadmm", "fedlf", "fedalf", "FACTORIES")
 
 
-def fedprox() -> Algorithm:
-    """FedProx: local objective ``f_i(w) + μ/2‖w − θ‖²``, FedAvg's server."""
-    return Algorithm("fedprox", server=weighted_mean_server, upload=model_upload, penalty=prox_penalty,
-                     private_upload=True)
-
-
-def qfedavg() -> Algorithm:
-    """q-FFL / qFedAvg with ``q`` from the hyper-parameters."""
-    return Algorithm("qfedavg", server=qfedavg_server, upload=model_upload, needs_loss=True, private_upload=True)
-
-
-def fedadmm(*, server_target: str = "model", dual_from: str = "local") -> Algorithm:
-    """FedADMM: ADMM local objective and dual, ``θ ← θ − η_g mean_i Δ_i``."""
-    return Algorithm("fedadmm", server=mean_server, upload=make_admm_upload(server_target, dual_from),
-                     penalty=admm_penalty, init_client_state=zeros_like_params)
-
-
-def fedlf(layer_of, *, client_grad: str = "full", history: bool = True, merge_tol: float = 1e-6,
-          qp_method: str = "auto", fair_norm: str = "raw", history_tau=None) -> Algorithm:
-    """FedLF: the layer-wise fair direction of the clients' full gradients (``client_grad="full"``)
-    or of their scaled local-SGD changes ``(θ − w_i)/η_l`` (``"local"``)."""
-    if client_grad not in ("full", "local"):
-        raise ValueError(f"unknown client_grad {client_grad!r}; use 'full' or 'local'")
-    server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
-                                          fair_norm=fair_norm, history_tau=history_tau)
-    return Algorithm("fedlf", server=server, upload=scaled_model_upload, local_train=client_grad == "local",
-                     needs_loss=True, init_server_state=init_state, needs_noise_var=fair_norm == "denoised")
-
-
-def fedalf(layer_of, *, server_target: str = "increment", dual_from: str = "local", history: bool = True,
-           merge_tol: float = 1e-6, qp_method: str = "auto", fair_norm: str = "raw", history_tau=None) -> Algorithm:
-    """FedALF: FedADMM's clients and upload, FedLF's fair server."""
-    server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
-                                          fair_norm=fair_norm, history_tau=history_tau)
-    return Algorithm("fedalf", server=server, upload=make_admm_upload(server_target, dual_from),
-                     penalty=admm_penalty, needs_loss=True, init_client_state=zeros_like_params,
-                     init_server_state=init_state,
-                     needs_noise_var=fair_norm == "denoised")
-
-
-FACTORIES = {"fedavg": fedavg, "fedprox": fedprox, "qfedavg": qfedavg, "fedadmm": fedadmm, "fedlf": fedlf,
-             "fedalf": fedalf}
+def __getattr__(name: str):
+    """The built-in factories' old import path (``from fedalf_jax.sim.algorithms import fedadmm``), kept for a
+    release: each is now an ordinary plug-in in its own module, ``fedalf_jax.algorithms.NAME`` (``fj.algorithms``).
+    Resolved by name at first use (this module is the floor below them: no import of theirs here)."""
+    if name in _MOVED:
+        import importlib
+        return getattr(importlib.import_module("fedalf_jax.algorithms"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
