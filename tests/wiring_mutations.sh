@@ -1263,4 +1263,8 @@ mutate fedalf_jax/algorithms/fedalf.py 'defaults={"server_lr": Option(0.5, priva
 mutate fedalf_jax/algorithms/declare.py '        opt = self.options.get(name) or self.defaults.get(name) or GENERIC.get(name)' \
   '        opt = self.options.get(name) or GENERIC.get(name)' "plugins56: an algorithm's own defaults of every algorithm's options ignored" \
   "$PL -k declared_defaults"
+mutate fedalf_jax/cli.py '    args = build_parser().parse_args(expand_declared(given))' '    args = build_parser().parse_args(given)' \
+  "plugins56: a user algorithm's declared hparam gets no flag" "tests/test_declared_flags.py"
+mutate fedalf_jax/cli_declared.py '        if name in declared and flag not in known:' '        if name in declared:' \
+  "plugins56: a declared hparam named like a command flag takes the flag over" "tests/test_declared_flags.py"
 exit $status
