@@ -20,6 +20,7 @@ import time
 import warnings
 from pathlib import Path
 
+from .cli_declared import expand as expand_declared
 from .cli_options import (  # noqa: F401 - re-exported: fedalf_jax.cli's names before the split
     _HELP, FLAG_GROUPS, SWEEP_SINGLE, _alg_arg_value, _given, build_parser, config_from_args, version_text)
 from .experiment import config as C
@@ -492,8 +493,9 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    args = build_parser().parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)  # the flags as given (sweep --processes passes them on)
+    given = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(expand_declared(given))  # --NAME V: a user algorithm's declared hparam's flag
+    args.argv = given  # the flags as given (sweep --processes passes them on)
     warnings.showwarning = _one_line_warning
     for stream in (sys.stdout, sys.stderr):  # a path that is not text (--out's bytes) prints escaped
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
