@@ -1267,4 +1267,10 @@ mutate fedalf_jax/cli.py '    args = build_parser().parse_args(expand_declared(g
   "plugins56: a user algorithm's declared hparam gets no flag" "tests/test_declared_flags.py"
 mutate fedalf_jax/cli_declared.py '        if name in declared and flag not in known:' '        if name in declared:' \
   "plugins56: a declared hparam named like a command flag takes the flag over" "tests/test_declared_flags.py"
+# issue 56 item 3 (label "resolved56"): a configuration's algorithm resolved once, tests/test_resolved_once.py
+RO=tests/test_resolved_once.py
+mutate fedalf_jax/experiment/guarantee.py '        user = (plugin if plugin is not None else resolve_plugin(algorithm)).algorithm' \
+  '        user = resolve_plugin(algorithm).algorithm' "resolved56: the privacy check builds the algorithm again, without its arguments" "$RO"
+mutate fedalf_jax/experiment/options.py '    return found if isinstance(found, Plugin) else resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' \
+  '    return resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' "resolved56: every reader builds the algorithm again" "$RO"
 exit $status

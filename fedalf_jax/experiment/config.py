@@ -27,7 +27,8 @@ from . import registry
 from .guarantee import _check_accountable, privacy_record, validate_privacy  # it reads no name of this module
 # the options' values (re-exported: `from fedalf_jax.experiment.config import ALGORITHMS` keeps working)
 from .options import (ALGORITHMS, ASSIGNS, CLIENT_GRADS, CLIENT_MAPS, CONTINUOUS, DATASETS, DPS, LAYERS, LDP_ON,
-                      LDPS, LOGS, MATMUL_PRECISIONS, MODELS, PARTITIONS, QP_METHODS, STATE_DTYPES, _user_algorithm)
+                      LDPS, LOGS, MATMUL_PRECISIONS, MODELS, PARTITIONS, QP_METHODS, STATE_DTYPES, Plugin, _user_algorithm,
+                      resolve_plugin)
 
 
 # The per-algorithm defaults (server_lr, rho, server_target, history, ..., and a private run's guarantee-holding
@@ -130,6 +131,11 @@ class Config:
         object.__setattr__(self, "hp", {k: float(v) for k, v in self.hp.items()})  # a copy, of floats
         object.__setattr__(self, "alg_args", dict(self.alg_args))  # a copy
 
+    def __getstate__(self):  # the resolved plugin (functions) is resolved again where the config is read back
+        state = dict(self.__dict__)
+        state.pop("_plugin", None)
+        return state
+
     def __hash__(self):  # hashable as before hp (a dict) was an option: hp by its sorted items
         return hash(tuple((f.name, tuple(sorted(getattr(self, f.name).items())) if f.name in ("hp", "alg_args")
                            else getattr(self, f.name)) for f in dataclasses.fields(self)))
@@ -139,6 +145,17 @@ class Config:
     def private(self) -> bool:
         """A privacy mechanism is on (local or Gaussian DP)."""
         return self.ldp != "none" or self.dp != "none"
+
+    @property
+    def plugin(self) -> Plugin:
+        """The run's algorithm as this config's validation resolved it, once (:class:`.options.Plugin`: its
+        declarations and, for a user's, the ``Algorithm`` its factory builds without the model's layers): what
+        validation, the privacy guarantee and the identity read, instead of looking it up by name again."""
+        found = self.__dict__.get("_plugin")
+        if found is None or found.name != self.algorithm:
+            found = resolve_plugin(self.algorithm, self.alg_args)
+            object.__setattr__(self, "_plugin", found)
+        return found
 
     @property
     def declares(self):
@@ -189,7 +206,10 @@ class Config:
         """The algorithm's own hyper-parameters and their defaults (``Algorithm.hparams``): ``{}`` for a
         built-in, ``None`` when a user's factory cannot be built without the model's layers (``build``
         checks it then)."""
-        return declared_hparams(self.algorithm, self.alg_args)
+        if self.plugin.builtin:
+            return {}
+        alg = self.plugin.algorithm
+        return None if alg is None else dict(alg.hparams)
 
     @property
     def resolved_hp(self) -> dict:
@@ -266,7 +286,7 @@ class Config:
         return cls.from_dict(d)
 
     def replace(self, **kw: Any) -> "Config":
-        return dataclasses.replace(self, **kw).validated()
+        return dataclasses.replace(self, **kw)  # validated by __post_init__, once
 
     # ---- validation -----------------------------------------------------------------
     def _check_custom(self) -> None:
@@ -321,12 +341,14 @@ class Config:
     def check_privacy(self) -> None:
         """The privacy options' consistency (docs/privacy.md); ``ValueError`` with a one-line message."""
         validate_privacy(ldp=self.ldp, dp=self.dp, epsilon=self.epsilon, delta=self.delta, clip=self.clip,
-                         algorithm=self.algorithm, client_grad=self.client_grad)
+                         algorithm=self.algorithm, client_grad=self.client_grad, plugin=self.plugin)
 
     def validated(self) -> "Config":
         # a user's algorithm's declaration (hparams, private_upload, ...) is read afresh from its factory: it may
-        # read globals a notebook changed since the last run (issue #47 item 8); read once per validation
+        # read globals a notebook changed since the last run (issue #47 item 8); read once per validation, and
+        # kept as the config's plugin (Config.plugin) for every reader after it
         _user_algorithm.cache_clear()
+        self.__dict__.pop("_plugin", None)
         for name in ("data_dir", "out"):  # paths: a JSON object or number here is a mistake, not a folder
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
@@ -468,7 +490,7 @@ def _check_hp(cfg: "Config") -> None:
     if not isinstance(hp, dict):
         raise ConfigError(f"hp must be a dict of the algorithm's own hyper-parameter names to numbers, e.g. "
                           f"{{'beta1': 0.9}}, got {type(hp).__name__} {hp!r}")
-    declared = declared_hparams(cfg.algorithm, cfg.alg_args) if hp else {}
+    declared = cfg.declared_hp if hp else {}
     for k, v in hp.items():
         if declared is not None and k not in declared:
             has = (f"it declares {', '.join(declared)}" if declared else

@@ -22,7 +22,7 @@ from ..notices import Notice
 from ..sim.algorithms import mean_server, weighted_mean_server
 from ..sim.privacy import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, gaussian_epsilon
 from . import registry
-from .options import ALGORITHMS, CLIENT_GRADS, DPS, MODELS, _user_algorithm, alg_key
+from .options import ALGORITHMS, CLIENT_GRADS, DPS, MODELS, plugin_of, resolve_plugin
 
 
 
@@ -141,7 +141,7 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
     if mech == "central":
         server = ""
         if cfg.algorithm not in ALGORITHMS:  # a user's: holds only for a mean server and no auxiliary upload
-            user = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
+            user = plugin_of(cfg).algorithm
             if user is None:
                 return False, (f"algorithm {cfg.algorithm!r}'s factory cannot be built without the model's layers "
                                f"(layer_of), so its server is not read here and central DP's guarantee is not "
@@ -165,7 +165,7 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
         if not holds:
             return False, upload
     if not builtin:
-        user = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
+        user = plugin_of(cfg).algorithm
         if user is None:
             return False, (f"algorithm {cfg.algorithm!r}'s factory cannot be built without the model's layers "
                            f"(layer_of), so its private_upload declaration is not read here and the mechanism's "
@@ -262,7 +262,7 @@ def check_applied(cfg: PrivacyOptions, spec) -> None:
     alg = spec.algorithm
     if not alg.local_train:
         raise ConfigError(_no_local_train(cfg.algorithm, option, value))
-    read = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg)) if cfg.algorithm not in ALGORITHMS else None
+    read = plugin_of(cfg).algorithm if cfg.algorithm not in ALGORITHMS else None
     for name in ("private_upload", "public_aux"):
         if read is not None and getattr(read, name) != getattr(alg, name):
             raise ConfigError(f"algorithm {cfg.algorithm!r} declares {name}={getattr(alg, name)!r} when built for the "
@@ -328,7 +328,7 @@ def privacy_not_covered(cfg: PrivacyOptions) -> list[str]:
         out = ["everything a client sends to the server (its clipped update, loss and sample count): central DP "
                "covers the released global models, not the uploads"]
         if cfg.algorithm not in ALGORITHMS:
-            alg = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
+            alg = plugin_of(cfg).algorithm
             if alg is not None and alg.personal_model is not None:
                 out.append(f"{_PERSONAL_NOT_COVERED}: each client's own model, kept on the client and evaluated "
                            f"un-noised (central DP covers the global models only)")
@@ -339,7 +339,7 @@ def privacy_not_covered(cfg: PrivacyOptions) -> list[str]:
     if mech in ("adaptive", "ldp_fl"):
         out.append("each tensor's centre c and radius r")
     if cfg.algorithm not in ALGORITHMS:
-        alg = _user_algorithm(cfg.algorithm, registry.version(), alg_key(cfg))
+        alg = plugin_of(cfg).algorithm
         if alg is None or alg.needs_loss:
             out.append("the loss l_i = f_i(θ_t)" + ("" if alg is not None else ", if its server uses it"))
         out.append("the sample count n_i, if its server uses ServerIn.weights or ServerIn.n")
@@ -363,7 +363,7 @@ def _as_array(name: str, value, hint: str) -> np.ndarray:
 
 
 def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=None, clip=None,
-                     algorithm: str, client_grad: str | None = None) -> None:
+                     algorithm: str, client_grad: str | None = None, plugin=None) -> None:
     """Refuse an inconsistent privacy configuration with a one-line ``ValueError`` (problem + fix).
 
     Checks: ``ldp`` in ``LDP_NAMES``, ``dp`` in ``DPS``, a known ``algorithm`` (and
@@ -410,7 +410,7 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
     if refused:  # a mechanism the built-in cannot run with at all (fedlf's gradient upload)
         raise ValueError(refused)
     if algorithm not in ALGORITHMS:  # the same for a user's algorithm (a factory needing layer_of: check_applied)
-        user = _user_algorithm(algorithm, registry.version())
+        user = (plugin if plugin is not None else resolve_plugin(algorithm)).algorithm
         if user is not None and not user.local_train:
             raise ValueError(_no_local_train(algorithm, option, value))
         refused = central_refusal(algorithm, user) if dp == "central" and user is not None else None

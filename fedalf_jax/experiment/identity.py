@@ -88,8 +88,8 @@ def _reads_server_lr(cfg: "Config") -> bool:
     """Whether the server of ``cfg``'s user algorithm reads ``ServerIn.server_lr_t`` (η_g): its declaration
     ``Algorithm.reads_server_lr`` (a server that sets its own step, FedExP's, declares ``False``); ``True`` when
     its factory cannot be built without the model's layers (nothing is known then)."""
-    from .options import _user_algorithm
-    alg = _user_algorithm(cfg.algorithm, registry.version(), registry.arg_items(cfg.alg_args))
+    from .options import plugin_of
+    alg = plugin_of(cfg).algorithm
     return alg is None or bool(getattr(alg, "reads_server_lr", True))
 
 

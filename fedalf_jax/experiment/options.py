@@ -8,9 +8,9 @@ so neither module imports the other to read them.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
-from ..algorithms import BUILTINS
+from ..algorithms import BUILTINS, declared
 from ..sim.privacy import LDP_NAMES
 from . import registry
 
@@ -44,6 +44,39 @@ def _user_algorithm(name: str, version: int, args: tuple = ()) -> Any:
         return registry.make_algorithm(name, None, {k: v for k, _, v in args})
     except Exception:  # noqa: BLE001 - a factory that needs the model's layers
         return None
+
+
+class Plugin(NamedTuple):
+    """A configuration's algorithm, resolved once when the config is validated (``Config.plugin``), and what
+    every later reader of it receives instead of looking it up by name again: its ``declares``
+    (:func:`fedalf_jax.algorithms.declared`) and, for a user's algorithm, ``algorithm``, the
+    :class:`~fedalf_jax.Algorithm` its factory builds without the model's layers (with the config's
+    ``alg_args``), or ``None`` when it needs them (``build()`` builds and checks it then). A built-in's
+    ``algorithm`` is ``None``: what the package knows of it is its declarations."""
+
+    name: str
+    builtin: bool
+    declares: Any
+    algorithm: Any = None
+
+
+def resolve_plugin(name: str, alg_args: Optional[dict] = None) -> Plugin:
+    """:class:`Plugin` of algorithm ``name`` (its factory called afresh: it may read globals a notebook changed
+    since the last run, issue #47 item 8)."""
+    if name in ALGORITHMS:
+        return Plugin(name, True, declared(name))
+    try:
+        alg = registry.make_algorithm(name, None, dict(alg_args or {}))
+    except Exception:  # noqa: BLE001 - a factory that needs the model's layers
+        alg = None
+    return Plugin(name, False, declared(name), alg)
+
+
+def plugin_of(cfg) -> Plugin:
+    """``cfg.plugin`` (a validated ``Config``'s), or the plugin resolved now for anything else with the
+    privacy options (:class:`.guarantee.PrivacyOptions`)."""
+    found = getattr(cfg, "plugin", None)
+    return found if isinstance(found, Plugin) else resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))
 
 
 def alg_key(cfg) -> tuple:
