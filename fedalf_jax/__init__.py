@@ -36,7 +36,7 @@ from .sim.algorithms import (Algorithm, Batch, ClientFacts, HParams, Personal, S
                              local_optimizer)
 from .sim.program import ClientBatch, ClientContext, ClientProgram, DataPass, Reveal
 from .sim.fairness import fair_direction, fair_weights, module_layers, tensor_layers
-from .sim.privacy import adaptive_ldp, gaussian_dp, ldp_fl
+from .privacy import adaptive_ldp, gaussian_dp, ldp_fl
 from .sim.qp import solve_simplex_qp
 
 __version__ = "0.1.0"

@@ -68,7 +68,7 @@ def test_sampled_clients_are_distinct_change_every_round_and_are_uniform():
     assert chi2 < stats.chi2.isf(1e-6, math.comb(N, m) - 1), chi2
 
 
-# ---- ADMM upload, FedADMM's server, Gaussian clipping (sim/algorithms.py, sim/privacy.py) -----
+# ---- ADMM upload, FedADMM's server, Gaussian clipping (sim/algorithms.py, privacy/mechanisms.py) -----
 
 def test_admm_increment_upload_with_rho_not_one():
     # θ = (1, 2), w = (1.5, 1), w̃ = (1.4, 1.2), λ⁻ = (0.1, −0.2), ρ = 0.5

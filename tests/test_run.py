@@ -202,7 +202,7 @@ def test_private_runs_say_what_they_guarantee(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     priv = summary["privacy"]
     assert priv["epsilon_nominal"] == 2.0 and priv["epsilon_exact"] == pytest.approx(1.61, abs=0.005)
-    # the privacy spent over the run (experiment/accounting.py): q = 3/8, 2 rounds, so ⌈0.75⌉ = 1 upload
+    # the privacy spent over the run (privacy/accounting.py): q = 3/8, 2 rounds, so ⌈0.75⌉ = 1 upload
     # expected, but seed 0 samples clients 4 and 5 in both rounds: the headline is at 2 uploads
     spent = summary["privacy_spent"]
     assert spent["mechanism"] == "gaussian" and spent["rounds"] == 2 and spent["participation_rate"] == 3 / 8

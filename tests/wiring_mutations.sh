@@ -46,7 +46,7 @@ mutate fedalf_jax/sim/algorithms.py "u = T.add(w_tilde, T.scale(step, 1.0 / hp.r
   "glue: ADMM increment upload without the 1/rho" "$G -k admm_increment"
 mutate fedalf_jax/algorithms/fedadmm.py 'Algorithm("fedadmm", server=mean_server,' 'Algorithm("fedadmm", server=weighted_mean_server,' \
   "glue: FedADMM's server weighted by n_i" "$G -k fedadmm_server"
-mutate fedalf_jax/sim/privacy.py "scale = clip / jnp.maximum(norm, clip)" "scale = 1.0 / jnp.maximum(norm, 1.0)" \
+mutate fedalf_jax/privacy/mechanisms.py "scale = clip / jnp.maximum(norm, clip)" "scale = 1.0 / jnp.maximum(norm, 1.0)" \
   "glue: Gaussian clipping at 1 whatever the clip" "$G -k gaussian_clipping"
 mutate fedalf_jax/sim/fairness.py "(gmin <= merge_tol * jnp.sqrt(dd) + slack)" "(gmin <= merge_tol * jnp.sqrt(dd))" \
   "glue: merge test without the float slack" "$G -k nearly_zero_layer"
@@ -141,7 +141,7 @@ mutate fedalf_jax/sim/fairness.py 'jnp.sum(R[:, :m, :m]) - noise_sq' 'jnp.sum(R[
   "private: the denoised length keeps the noise" "$PF -k denoised_fair_norm"
 mutate fedalf_jax/sim/program.py 'jnp.sum(jnp.square(a.astype(jnp.float32)) * v)' 'jnp.sum(jnp.abs(a.astype(jnp.float32)) * v)' \
   "private: the upload's coefficient not squared" "$PF -k coefficient_squared"
-mutate fedalf_jax/sim/privacy.py 'return (k * k - 1.0) * jnp.square((noisy - c) / k)' 'return (k * k - 1.0) * jnp.square(noisy - c)' \
+mutate fedalf_jax/privacy/mechanisms.py 'return (k * k - 1.0) * jnp.square((noisy - c) / k)' 'return (k * k - 1.0) * jnp.square(noisy - c)' \
   "private: adaptive variance from |w̃ − c| without 1/k" "$PF -k exact_variance"
 mutate fedalf_jax/sim/program.py '            noise_var = upload_noise(out.upload, w_tilde, var)' '            pass' \
   "private: the clients' noise variance never reaches the server" "$PF -k round_carries"
@@ -238,24 +238,24 @@ mutate fedalf_jax/bench/timing.py 'dual = jax.tree_util.tree_map(lambda a: a[c],
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
 # issue #27 items 13-16: privacy statements that are bounds (labels start with "privbound"), tests/test_privacy_bounds.py
 PB=tests/test_privacy_bounds.py
-mutate fedalf_jax/experiment/accounting.py '    k = dist["max"]  # the headline is a bound for every client: at the largest count reached' \
+mutate fedalf_jax/privacy/accounting.py '    k = dist["max"]  # the headline is a bound for every client: at the largest count reached' \
   '    k = expected_participations(m, n, t)' "privbound: item 13: headline epsilon at the expected count" "$PB -k headline"
-mutate fedalf_jax/experiment/accounting.py '    k = max(_realised_counts(cfg, t, counts))' '    k = expected_participations(m, n, t)' \
+mutate fedalf_jax/privacy/accounting.py '    k = max(_realised_counts(cfg, t, counts))' '    k = expected_participations(m, n, t)' \
   "privbound: item 13: progress line epsilon at the expected count" "$PB -k headline"
-mutate fedalf_jax/sim/privacy.py '    t = jnp.clip((w - c) / r, -1.0, 1.0)' '    t = (w - c) / r' \
+mutate fedalf_jax/privacy/mechanisms.py '    t = jnp.clip((w - c) / r, -1.0, 1.0)' '    t = (w - c) / r' \
   "privbound: item 14: ldp_fl's delta/r not clipped to [-1, 1]" "$PB -k ldp_fl"
-mutate fedalf_jax/experiment/guarantee.py '    if cfg.ldp == "ldp_fl" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:' '    if False:' \
+mutate fedalf_jax/privacy/guarantee.py '    if cfg.ldp == "ldp_fl" and cfg.epsilon >= ADAPTIVE_EXACT_EPSILON:' '    if False:' \
   "privbound: item 14: ldp_fl's cut-off not in the guarantee" "$PB -k ldp_fl"
-mutate fedalf_jax/experiment/accounting.py 'Q_MIN = 1e-5 ' 'Q_MIN = 0.0 ' \
+mutate fedalf_jax/privacy/accounting.py 'Q_MIN = 1e-5 ' 'Q_MIN = 0.0 ' \
   "privbound: item 15: central sampling rate unbounded" "$PB -k accountant"
 mutate fedalf_jax/experiment/config.py '        _check_accountable(self)' '        pass' \
   "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
-mutate fedalf_jax/experiment/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is None:  # nothing checks a user's upload: the claim is its own" \
+mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is None:  # nothing checks a user's upload: the claim is its own" \
   '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
 # issue #27 items 15 and 14: privacy accounted as the simulator samples (labels start with "privsample"),
 # tests/test_privacy_sampling.py
 PS=tests/test_privacy_sampling.py
-mutate fedalf_jax/experiment/accounting.py \
+mutate fedalf_jax/privacy/accounting.py \
   '    return dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(n, m, dpa.GaussianDpEvent(z)), rounds)' \
   '    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(m / n, dpa.GaussianDpEvent(z)), rounds)' \
   "privsample: item 15: central DP accounted as Poisson sampling" "$PS -k without_replacement"
@@ -264,11 +264,11 @@ mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if
   "privsample: item 15: the mean servers' noise at the add/remove sensitivity 1/m" "$PS -k replace_one_one"
 mutate fedalf_jax/experiment/config.py '            d["central_accounting"] = "sampled without replacement, replace-one"' '            pass' \
   "privsample: item 15: a Poisson-accounted central checkpoint resumes" "$PS -k poisson_accounted"
-mutate fedalf_jax/experiment/accounting.py '    if eps(Z_MAX) > epsilon:' '    if False:' \
+mutate fedalf_jax/privacy/accounting.py '    if eps(Z_MAX) > epsilon:' '    if False:' \
   "privsample: item 15: an unreachable central budget reaches dp_accounting's bracket error" "$PS -k cannot_reach"
-mutate fedalf_jax/experiment/accounting.py '    return (max(eps, eff) if math.isfinite(eff) else eps), eff' '    return float(epsilon), eff' \
+mutate fedalf_jax/privacy/accounting.py '    return (max(eps, eff) if math.isfinite(eff) else eps), eff' '    return float(epsilon), eff' \
   "privsample: item 14: ldp stated at the configured epsilon below its float32 one" "$PS -k adaptive_float32"
-mutate fedalf_jax/experiment/accounting.py '    return (max(eps, eff) if math.isfinite(eff) else eps), eff' '    return float(epsilon), eff' \
+mutate fedalf_jax/privacy/accounting.py '    return (max(eps, eff) if math.isfinite(eff) else eps), eff' '    return float(epsilon), eff' \
   "privsample: item 14: ldp_fl stated at the configured epsilon below its float32 one" "$PB -k ldp_fl_float32"
 # issue #27 item 0: a sweep's padded call (6 runs as 8 over 4 CPU devices) and a run's sharded clients
 # (labels start with "devices"), tests/test_devices.py
@@ -387,7 +387,7 @@ mutate fedalf_jax/sim/round.py 'bcast = (C.call(alg, "broadcast", alg.broadcast,
 mutate fedalf_jax/sim/program.py 'return ClientOut(delta, new_state, loss, stats, noise_var, aux)' \
   'return ClientOut(delta, new_state, loss, stats, noise_var, jax.tree_util.tree_map(jnp.zeros_like, aux))' \
   "contract: the auxiliary uploads reach the server as zeros (item 2)" "$K -k scaffold_example"
-mutate fedalf_jax/experiment/guarantee.py '        if alg is not None and alg.public_aux is False:' '        if False:' \
+mutate fedalf_jax/privacy/guarantee.py '        if alg is not None and alg.public_aux is False:' '        if False:' \
   "contract: the privacy record is silent on a non-public aux (item 2)" "$K -k privacy_record"
 mutate fedalf_jax/sim/client.py '(epochs * ((n + batch_size - 1) // batch_size))' '(epochs * (n // batch_size))' \
   "contract: the local step count misses a last partial batch (item 3)" "$K -k fednova_example"
@@ -602,13 +602,13 @@ mutate fedalf_jax/experiment/loop.py "        e.checkpoints = keeps  # the comma
 
 # issue 36 item 1: a mechanism the record states is applied or refused (label "priv36"), tests/test_privacy_declared.py
 PD=tests/test_privacy_declared.py
-mutate fedalf_jax/experiment/guarantee.py $'        if user is not None and not user.local_train:\n            raise ValueError' \
+mutate fedalf_jax/privacy/guarantee.py $'        if user is not None and not user.local_train:\n            raise ValueError' \
   $'        if False:\n            raise ValueError' "priv36: local_train=False with a mechanism accepted" "$PD -k cli_refuses"
-mutate fedalf_jax/experiment/guarantee.py $'    if not alg.local_train:\n        raise ConfigError' $'    if False:\n        raise ConfigError' \
+mutate fedalf_jax/privacy/guarantee.py $'    if not alg.local_train:\n        raise ConfigError' $'    if False:\n        raise ConfigError' \
   "priv36: a factory needing layer_of with local_train=False accepted" "$PD -k layers"
-mutate fedalf_jax/experiment/guarantee.py "        if user.public_aux:  # its" "        if False:  # its" \
+mutate fedalf_jax/privacy/guarantee.py "        if user.public_aux:  # its" "        if False:  # its" \
   "priv36: public_aux's declaration not named" "$PD -k declarations"
-mutate fedalf_jax/experiment/guarantee.py "    if cfg.model not in MODELS and spec.model.has_batch_stats:" "    if False:" \
+mutate fedalf_jax/privacy/guarantee.py "    if cfg.model not in MODELS and spec.model.has_batch_stats:" "    if False:" \
   "priv36: a user's model with batch statistics accepted" "$PD -k batch"
 mutate fedalf_jax/sim/program.py "out.upload(privatise(spec, k_priv, theta, out.w, hp))" "out.upload(out.w)" \
   "priv36: upload given w, not the mechanism's output" "$PD -k perturbed"
@@ -791,14 +791,14 @@ mutate fedalf_jax/experiment/loop.py '"writing the checkpoint" if ckpt.busy() el
 
 # issue 47 items 10, 11 and issue 49 item 5 (labels start with "trust47-guar")
 TG=tests/test_trust47_guarantee.py
-mutate fedalf_jax/experiment/guarantee.py "        if beside:  # an un-noised per-client upload" "        if False:  # an un-noised per-client upload" \
+mutate fedalf_jax/privacy/guarantee.py "        if beside:  # an un-noised per-client upload" "        if False:  # an un-noised per-client upload" \
   "trust47-guar: an un-noised auxiliary upload headlined holds (47.10)" "$TG -k non_public_aux"
 mutate fedalf_jax/reporting/runs.py '            return recorded_guarantee(rec)  #' \
   '            return {"guarantee": rec["guarantee"], "why": str(rec.get("why", ""))}  #' \
   "trust47-guar: the report reads a recorded holds beside an un-noised aux as holds (47.10)" "$TG -k summary_and_report"
 mutate fedalf_jax/experiment/loop.py "                if manager is not None and getattr(jax.config, name) != value:" "                if False:" \
   "trust47-guar: the caller's matmul precision context not carried to the worker thread (47.11)" "$TG -k precision"
-mutate fedalf_jax/experiment/guarantee.py $'from typing import Protocol\n' \
+mutate fedalf_jax/privacy/guarantee.py $'from typing import Protocol\n' \
   $'from typing import TYPE_CHECKING, Protocol\nif TYPE_CHECKING:\n    from .config import Config\n' \
   "trust47-guar: config and guarantee import each other again (49.5)" "tests/test_layers.py -k annotations"
 # end trust47-guar
@@ -996,19 +996,19 @@ mutate fedalf_jax/experiment/explore.py '            **{f"arg.{k}": v for k, v i
 # issue 48 item 7 (labels start with "cdp48"): --dp central for a user's algorithm whose server is
 # fj.algorithms.weighted_mean_server / mean_server itself; another server or an aux upload refused in one line
 CU=tests/test_central_dp_user.py
-mutate fedalf_jax/experiment/guarantee.py '    if dp == "central" and algorithm in ALGORITHMS and algorithm not in CENTRAL_SENSITIVITY:' \
+mutate fedalf_jax/privacy/guarantee.py '    if dp == "central" and algorithm in ALGORITHMS and algorithm not in CENTRAL_SENSITIVITY:' \
   '    if dp == "central" and algorithm not in CENTRAL_SENSITIVITY:' \
   "cdp48: dp central refuses every user algorithm (FedAvg's server too)" "$CU -k fedprox"
-mutate fedalf_jax/experiment/guarantee.py '    if not any(alg.server is f for f in CENTRAL_SERVERS):' '    if False:' \
+mutate fedalf_jax/privacy/guarantee.py '    if not any(alg.server is f for f in CENTRAL_SERVERS):' '    if False:' \
   "cdp48: a user's own server runs under dp central, accounted as a mean" "$CU -k own_server"
-mutate fedalf_jax/experiment/guarantee.py '    if refused:  # a factory that needs layer_of is first built here' '    if False:  # (mutated)' \
+mutate fedalf_jax/privacy/guarantee.py '    if refused:  # a factory that needs layer_of is first built here' '    if False:  # (mutated)' \
   "cdp48: a factory built only for the model runs its own server under dp central" "$CU -k own_server"
-mutate fedalf_jax/experiment/guarantee.py '    if alg.public_aux is not None:' '    if False:' \
+mutate fedalf_jax/privacy/guarantee.py '    if alg.public_aux is not None:' '    if False:' \
   "cdp48: an aux upload (unclipped, un-noised) runs under dp central" "$CU -k aux"
-mutate fedalf_jax/experiment/guarantee.py '"sensitivity": f"{central_sensitivity_of(cfg.algorithm)} x server_lr x clip"' \
+mutate fedalf_jax/privacy/guarantee.py '"sensitivity": f"{central_sensitivity_of(cfg.algorithm)} x server_lr x clip"' \
   '"sensitivity": f"{CENTRAL_SENSITIVITY.get(cfg.algorithm)} x server_lr x clip"' \
   "cdp48: the record's sensitivity of a user's algorithm reads None" "$CU -k fedprox"
-mutate fedalf_jax/experiment/guarantee.py '            if alg is not None and alg.personal_model is not None:' '            if False:' \
+mutate fedalf_jax/privacy/guarantee.py '            if alg is not None and alg.personal_model is not None:' '            if False:' \
   "cdp48: the personal models are not listed as outside central DP" "$CU -k personal"
 # end cdp48
 
@@ -1044,9 +1044,9 @@ mutate fedalf_jax/sim/program.py "        if local_mech:  # a raw Δ_i would lea
 # (retired: "a program's Δ_i unclipped under --dp central": one line of program_client clips every client's
 # upload, the default's and a program's, so its test, which compares the two, cannot see it; "central: uploads
 # not clipped" guards that line)
-mutate fedalf_jax/experiment/guarantee.py "        if not user.private_upload and user.client is None:" "        if not user.private_upload:" \
+mutate fedalf_jax/privacy/guarantee.py "        if not user.private_upload and user.client is None:" "        if not user.private_upload:" \
   "priv48: a Reveal's record needs a private_upload declaration (does not hold)" "$CPP -k record"
-mutate fedalf_jax/experiment/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is not None and user.public_aux:" \
+mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is not None and user.public_aux:" \
   "    if False:" "priv48: a program's public aux headlined without naming its declaration" "$CPP -k record"
 mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    check_features(cfg, spec)' "    check_features(cfg, spec)" \
   "priv48: a program on a batch-statistics model refused only once the round is traced" "tests/test_client_program.py -k batch_statistics"
@@ -1269,7 +1269,7 @@ mutate fedalf_jax/cli_declared.py '        if name in declared and flag not in k
   "plugins56: a declared hparam named like a command flag takes the flag over" "tests/test_declared_flags.py"
 # issue 56 item 3 (label "resolved56"): a configuration's algorithm resolved once, tests/test_resolved_once.py
 RO=tests/test_resolved_once.py
-mutate fedalf_jax/experiment/guarantee.py '        user = (plugin if plugin is not None else resolve_plugin(algorithm)).algorithm' \
+mutate fedalf_jax/privacy/guarantee.py '        user = (plugin if plugin is not None else resolve_plugin(algorithm)).algorithm' \
   '        user = resolve_plugin(algorithm).algorithm' "resolved56: the privacy check builds the algorithm again, without its arguments" "$RO"
 mutate fedalf_jax/experiment/options.py '    return found if isinstance(found, Plugin) else resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' \
   '    return resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' "resolved56: every reader builds the algorithm again" "$RO"

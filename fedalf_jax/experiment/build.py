@@ -34,7 +34,7 @@ def hparams(cfg: Config) -> A.HParams:
     f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     z = 0.0
     if cfg.dp == "central":  # calibrated on the host: (epsilon, delta) over the whole run, m of N per round
-        from .accounting import central_noise_multiplier
+        from ..privacy.accounting import central_noise_multiplier
         z = central_noise_multiplier(cfg.epsilon, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds)
     own = A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})  # the algorithm's own (none: no leaves)
     return A.HParams(f(cfg.lr), f(cfg.lr_decay), f(cfg.resolved_server_lr), f(cfg.resolved_server_lr_decay),
@@ -262,7 +262,7 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
                      central_sensitivity=central_sensitivity(cfg),
                      state_dtype=jnp.dtype(cfg.state_dtype),
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
-    from .guarantee import check_applied  # the mechanism the record states applies to what is uploaded
+    from ..privacy.guarantee import check_applied  # the mechanism the record states applies to what is uploaded
     check_applied(cfg, spec)
     from ..sim.contract import check_program_run  # a client program: not yet under a mechanism (issue 48)
     check_program_run(spec)
@@ -293,7 +293,7 @@ def central_sensitivity(cfg: Config) -> float:
     (guarantee.CENTRAL_SENSITIVITY); 0 else."""
     if cfg.dp != "central":
         return 0.0
-    from .guarantee import central_sensitivity_of  # a user's algorithm runs here only with a mean server: 2/m
+    from ..privacy.guarantee import central_sensitivity_of  # a user's algorithm runs here only with a mean server: 2/m
     return 2.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0
 
 

@@ -2,7 +2,7 @@
 
 Everything a run needs to be reproduced lives here and is written to ``config.json``. The privacy
 options' consistency and what a private run's guarantee covers are :mod:`.guarantee`'s (``Config``
-calls it, so ``sim.privacy`` stays pure mechanism); the options' possible values are :mod:`.options`'s
+calls it, so ``privacy.mechanisms`` stays pure mechanism); the options' possible values are :mod:`.options`'s
 (re-exported here); a run's identity compared, the values of options added since a run was made, and the
 options a run never reads are :mod:`.identity`'s.
 """
@@ -22,9 +22,9 @@ from typing import Any, Optional, Union
 from ..algorithms import BUILTINS, declared
 from ..errors import ConfigError  # raised here and by every floor; fj.ConfigError is this class
 from ..sim.algorithms import DUAL_FROM, FAIR_NORMS, LOCAL_OPTIMIZERS, SERVER_TARGETS
-from ..sim.privacy import NEIGHBOURING
+from ..privacy.mechanisms import NEIGHBOURING
 from . import registry
-from .guarantee import _check_accountable, privacy_record, validate_privacy  # it reads no name of this module
+from ..privacy.guarantee import _check_accountable, privacy_record, validate_privacy  # it reads no name of this module
 # the options' values (re-exported: `from fedalf_jax.experiment.config import ALGORITHMS` keeps working)
 from .options import (ALGORITHMS, ASSIGNS, CLIENT_GRADS, CLIENT_MAPS, CONTINUOUS, DATASETS, DPS, LAYERS, LDP_ON,
                       LDPS, LOGS, MATMUL_PRECISIONS, MODELS, PARTITIONS, QP_METHODS, STATE_DTYPES, Plugin, _user_algorithm,

@@ -37,7 +37,7 @@ import numpy as np
 from ..interrupt import INTERRUPT, Interrupted  # noqa: F401 - Interrupted: raised here, imported from here
 from ..interrupt import Abandoned as _Abandoned, interruptible as _interruptible_bare
 from ..sim.round import RunState, init_state
-from . import accounting
+from ..privacy import accounting
 from . import metrics as M
 from .build import build
 from .config import Config, ConfigError

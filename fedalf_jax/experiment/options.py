@@ -11,7 +11,7 @@ import functools
 from typing import Any, NamedTuple, Optional
 
 from ..algorithms import BUILTINS, declared
-from ..sim.privacy import LDP_NAMES
+from ..privacy.mechanisms import LDP_NAMES
 from . import registry
 
 ALGORITHMS = tuple(BUILTINS)

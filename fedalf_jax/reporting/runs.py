@@ -15,7 +15,7 @@ import numpy as np
 from ..algorithms import BUILTINS, declared
 from ..experiment import registry
 from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
-from ..experiment.guarantee import privacy_guarantee, recorded_guarantee
+from ..privacy.guarantee import privacy_guarantee, recorded_guarantee
 from ..experiment.identity import USED_BY, flat_options, partition_ignores
 from ..experiment.columns import PERSONAL_KEYS, columns_of_file, metric_columns
 from ..experiment.rundir import METRICS, RunDir
