@@ -26,7 +26,7 @@ from .cli_options import (  # noqa: F401 - re-exported: fedalf_jax.cli's names b
 from .experiment import config as C
 from .experiment.config import CONTINUOUS, Config, ConfigError
 from .experiment.identity import from_run
-from .interrupt import INTERRUPT, Interrupted, signal_name
+from .interrupt import INTERRUPT, PARENT_ENV, Interrupted, signal_name
 from .notices import shown as shown_notices
 
 
@@ -138,12 +138,21 @@ def _sweep(args) -> list:
     return res
 
 
+def run_status_words(status: str, folder) -> str:
+    """A run's status as the sweep's last line says it: a ``running`` one (no summary) whose lock names only
+    processes that have ended is ``stopped (resume with --resume)`` (stopped, or killed: a child killed by
+    SIGKILL), not ``running``; the others as they are."""
+    from .experiment.rundir import writer_ended
+    return "stopped (resume with --resume)" if status == "running" and writer_ended(folder) else status
+
+
 def _say_sweep(res: list, out) -> None:
     """The sweep's last lines: its runs counted by status, and the best run."""
     from .experiment import sweep as S
     counts: dict[str, int] = {}
     for r in res:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        status = run_status_words(r["status"], r["dir"])
+        counts[status] = counts.get(status, 0) + 1
     # ranked by what each run's algorithm deploys: its clients' own models (personal_acc) or the global model
     done = [(r, *S.deployed_score(r["final"])) for r in res if r["status"] == "done" and r["final"]]
     best = max((d for d in done if d[2] is not None), key=lambda d: d[2], default=None)
@@ -180,7 +189,9 @@ def _sweep_in_processes(args) -> int:
         for i in range(1, p):
             log = tempfile.TemporaryFile()
             logs.append(log)
-            env = {**os.environ, CPUS_ENV: ",".join(map(str, groups[i]))} if groups else None
+            # (its parent's pid: a child stops, its round saved, once this process has ended: interrupt.watch_parent)
+            env = {**os.environ, PARENT_ENV: str(os.getpid()), **({CPUS_ENV: ",".join(map(str, groups[i]))}
+                                                                   if groups else {})}
             # In a session of their own: a signal to this process's group (a terminal's Ctrl-C, `timeout`)
             # reaches them once, passed on by this process; twice, the second would make them leave unsaved.
             children.append(subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", *base, "--shard", f"{i}/{p}"],
@@ -209,13 +220,25 @@ def _sweep_in_processes(args) -> int:
         if c.wait() != 0:
             log.seek(0)
             lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
-            failed.append(f"slice {i}/{p} exited {c.returncode}: {lines[-1] if lines else '(no output)'}")
+            failed.append(f"slice {i}/{p} {exit_description(c.returncode, lines[-1] if lines else None)}")
         log.close()
     _say_sweep(S.results(args.out), args.out)
     if failed:
         print(f"fedalf sweep: error: {'; '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def exit_description(code: int, last: str | None = None) -> str:
+    """How a child process ended, for its parent's line: ``killed by SIGKILL`` (a negative status: the
+    signal that ended it, its last line left out: not what ended it), else ``exited 1: LAST LINE``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exited {code}: {last if last else '(no output)'}"
 
 
 CPUS_ENV = "FEDALF_CPUS"  # a --processes child's cores ("2,3"), set by its parent: it pins itself before JAX starts

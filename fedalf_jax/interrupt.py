@@ -82,6 +82,8 @@ class _Interrupt:
         self.abandoned: Optional[threading.Thread] = None  # work left running after a signal (abandon)
         self.running = False  # the command's main() is running (outside a loop a signal raises there)
         self._cli = False  # handlers installed for the whole command
+        self.parent: Optional[int] = None  # a ``sweep --processes`` child: its parent's pid (watch_parent)
+        self._orphaned = False  # the parent's end was seen (its signal counted once)
         self._depth = 0
         self._previous: dict = {}
 
@@ -139,8 +141,19 @@ class _Interrupt:
                     self.requested, self.signum = False, None
                 self.until = None
 
+    def _orphan_signal(self, signum) -> bool:
+        """Whether ``signum`` is the one that says this child's parent has ended (watch_parent), seen now."""
+        if self.parent is None or self._orphaned or signum != signal.SIGTERM or os.getppid() == self.parent:
+            return False
+        self._orphaned = True
+        return True
+
     def _handle(self, signum, frame):
         name = signal_name(signum)
+        if self._orphan_signal(signum) and self.requested:  # stopping already: not a second signal
+            print(f"\nfedalf: the --processes parent (pid {self.parent}) has ended; this slice is stopping already",
+                  file=sys.stderr, flush=True)
+            return
         if not self.requested:
             self.requested, self.signum = True, signum
             if self._depth == 0 and self.running:  # the command is running, but no run loop: stop now
@@ -182,6 +195,74 @@ class _Interrupt:
 
 
 INTERRUPT = _Interrupt()
+
+PARENT_ENV = "FEDALF_PARENT_PID"  # a ``sweep --processes`` child's parent's pid, set by the parent (cli.py)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def watch_parent(environ=None, poll: float = 0.5) -> Optional[str]:
+    """A ``sweep --processes`` child (its parent's pid in ``FEDALF_PARENT_PID``) stops, as a SIGTERM stops it,
+    when its parent ends, however it ends (a SIGKILL included): the round in flight finishes, is checkpointed
+    and the run is left stopped, resumable; the child exits 143. Without this, a child of a parent killed by
+    SIGKILL went on computing, unseen, and held its slice's lock (a ``--resume`` refused) until it ended.
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` (through ctypes), which the kernel sends when the parent's
+    thread that started this process ends (the parent starts its children and waits for them in one thread:
+    cli._sweep_in_processes); it survives the allocator's re-exec (allocator.py: same process, no set-user-ID).
+    Elsewhere (or where prctl fails) a daemon thread polls ``os.getppid()`` every ``poll`` s (the first time
+    at once) and sends this process SIGTERM. Either way a parent gone before the watch was set (while this
+    process started) is seen at once: after prctl, ``os.getppid()`` is checked (SIGTERM blocked meanwhile, so
+    that a parent ending just then sends one signal, the kernel's, not two). The SIGTERM goes to
+    :data:`INTERRUPT`'s handler (installed first, fedalf_jax/__init__.py), which counts the parent's end once:
+    a child already stopping (its parent passed a signal on, then left on a second one) goes on saving
+    instead of leaving at once.
+
+    Returns how the parent is watched (``"prctl"``, ``"poll"``) or ``None`` (not a child: nothing done)."""
+    env = os.environ if environ is None else environ
+    try:
+        parent = int(env.get(PARENT_ENV, ""))
+    except ValueError:
+        return None
+    if parent <= 1:
+        return None
+    INTERRUPT.parent = parent
+    blocking = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    if blocking:  # the kernel's SIGTERM, if the parent ends now, waits: one signal for the parent's end, not two
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        if _set_pdeathsig(signal.SIGTERM):
+            if os.getppid() != parent and not (blocking and signal.SIGTERM in signal.sigpending()):
+                _parent_gone()  # gone before the watch was set
+            return "prctl"
+    finally:
+        if blocking:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    threading.Thread(target=_poll_parent, args=(parent, poll), daemon=True, name="fedalf-parent").start()
+    return "poll"
+
+
+def _set_pdeathsig(signum: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _poll_parent(parent: int, poll: float) -> None:
+    import time
+    while os.getppid() == parent:
+        time.sleep(poll)
+    _parent_gone()
+
+
+def _parent_gone() -> None:
+    """The parent has ended: SIGTERM to this process (its handler stops the run at the round's end)."""
+    if hasattr(signal, "SIGTERM"):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Abandoned(Exception):

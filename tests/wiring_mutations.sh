@@ -93,7 +93,7 @@ mutate fedalf_jax/experiment/rundir.py "if not resume and self.holds_run():" "if
 mutate fedalf_jax/cli_options.py 'base.pop("out", None)' 'pass' "trust: --config inherits out" "$T -k never_inherits"
 mutate fedalf_jax/cli.py "cfg = cfg.replace(out=default_out(cfg))" "pass" "trust: a run without --out saves nothing" \
   "$T -k never_inherits"
-mutate fedalf_jax/experiment/rundir.py "fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)" "pass" \
+mutate fedalf_jax/experiment/rundir.py "                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)" "                pass" \
   "trust: no lock: two writers share a folder" "$T -k second_writer"
 mutate fedalf_jax/experiment/rundir.py "            for k in f.files:  # reading each member checks its CRC
                 f[k]" "            for k in f.files:  # reading each member checks its CRC
@@ -213,7 +213,7 @@ mutate fedalf_jax/experiment/rundir.py 'if cfg.log == "tensorboard" and (self.pa
   "files: TensorBoard events written through a tb link (item 7)" "$TF -k tb_link"
 mutate fedalf_jax/experiment/rundir.py '                for p in tb.glob(TB_EVENTS):' '                for p in tb.iterdir():' \
   "files: --overwrite removes a user's files in tb/ (item 8)" "$TF -k only_the_event_files"
-mutate fedalf_jax/experiment/rundir.py '.encode(errors="surrogateescape"), 0)' '.encode(), 0)' \
+mutate fedalf_jax/experiment/rundir.py '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode(errors="surrogateescape")' '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode()' \
   "files: the lock's holder line of a non-UTF-8 --out (item 10)" "$TF -k utf8"
 mutate fedalf_jax/cli.py '            stream.reconfigure(errors="backslashreplace")' '            pass' \
   "files: a non-UTF-8 --out printed on a strict stdout (item 10)" "$TF -k utf8"
@@ -1129,7 +1129,7 @@ mutate fedalf_jax/cli.py '                                             start_new
 
 # issue 49 item 1: --processes pins each process to cores of its own (label "pin49"), tests/test_sweep_processes.py
 PN=tests/test_sweep_processes.py
-mutate fedalf_jax/cli.py "env = {**os.environ, CPUS_ENV: \",\".join(map(str, groups[i]))} if groups else None" "env = None" \
+mutate fedalf_jax/cli.py "**({CPUS_ENV: \",\".join(map(str, groups[i]))}" "**({}" \
   "pin49: the children not given their cores" "$PN -k sigterm_while_the_parent"
 mutate fedalf_jax/cli.py "def main(argv=None) -> int:
     _pin_from_env()" "def main(argv=None) -> int:" "pin49: a child does not pin itself" "$PN -k sigterm_while_the_parent"
@@ -1273,4 +1273,16 @@ mutate fedalf_jax/privacy/guarantee.py '        user = (plugin if plugin is not 
   '        user = resolve_plugin(algorithm).algorithm' "resolved56: the privacy check builds the algorithm again, without its arguments" "$RO"
 mutate fedalf_jax/experiment/options.py '    return found if isinstance(found, Plugin) else resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' \
   '    return resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' "resolved56: every reader builds the algorithm again" "$RO"
+# item 4 (a --processes parent killed by SIGKILL, its children, the status words): tests/test_trust55_processes.py
+PP=tests/test_trust55_processes.py
+mutate fedalf_jax/__init__.py "    _watch_parent()  # a" "    pass  # a" "trust55: a child goes on computing when its parent is killed" "$PP -k sigkill_leaves"
+mutate fedalf_jax/interrupt.py "        if _set_pdeathsig(signal.SIGTERM):" "        if False:" \
+  "trust55: the parent's end watched by polling only (a parent gone at start is missed)" "$PP -k already_gone"
+mutate fedalf_jax/experiment/rundir.py "    slices = [h for h in alive if h[3] is not None]" "    slices = []" \
+  "trust55: a resume refused by a running slice names the dead parent" "$PP -k names_the_slice"
+mutate fedalf_jax/cli.py "    if code < 0:
+        try:" "    if False:
+        try:" "trust55: a child killed by SIGKILL reads exited -9" "$PP -k exit_descriptions"
+mutate fedalf_jax/cli.py '    return "stopped (resume with --resume)" if status == "running" and writer_ended(folder) else status' \
+  '    return status' "trust55: a run whose lock's pid is dead reads running" "$PP -k ended_process"
 exit $status

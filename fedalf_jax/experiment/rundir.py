@@ -139,9 +139,16 @@ def _read_json(path: Path, kind: type = dict) -> Optional[Any]:
 class DirLock:
     """An OS lock (``flock``) on ``folder/.fedalf.lock``: one writer per folder, released when the process
     ends however it ends. ``shared``: several holders at once (the slices of one sharded sweep), none
-    while an exclusive holder has it. A folder held by another process raises one line naming it."""
+    while an exclusive holder has it. A folder held by another process raises one line naming it.
 
-    def __init__(self, folder: Path, *, shared: bool = False):
+    The file says who holds it, a line per holder: ``pid P on HOST (COMMAND, since TIME)``; ``slice``
+    (``"1/2"``, a sharded sweep's slice) is written into its holder's line (``(slice 1/2 of a sweep: ...``).
+    An exclusive holder, and a shared one that finds no other holder, writes its line alone; the other
+    shared holders add theirs. A refusal names only the holders still alive (:func:`_holders_alive`: a line
+    of a process of this host that has ended is left out): once a ``--processes`` parent killed by SIGKILL
+    is gone, the line that names a slice still running is the one said."""
+
+    def __init__(self, folder: Path, *, shared: bool = False, slice: Optional[str] = None):
         self.path = Path(folder) / LOCK
         self._fd: Optional[int] = None
         if fcntl is None:
@@ -156,19 +163,37 @@ class DirLock:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise ConfigError(f"{self.path} is not a regular file: remove it (rm {self.path}) and run again")
+        alone = True
         try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                if not shared:
+                    raise
+                alone = False
+            if shared:  # (alone: held exclusively for the rewrite below, then shared)
+                _flock_shared(fd)
         except OSError:
-            holder = os.pread(fd, 500, 0).decode(errors="replace").strip() or "another process"
+            text = os.pread(fd, 1 << 16, 0).decode(errors="replace")
             os.close(fd)
-            raise ConfigError(f"{folder} is being written by {holder}; wait for it to end, or choose another "
-                              f"--out") from None
+            raise ConfigError(_refusal(folder, text)) from None
         self._fd = fd
-        if not shared or os.fstat(fd).st_size == 0:
+        cmd = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300] if sys.argv else "python"
+        what = f"slice {slice} of a sweep: {cmd}" if slice else cmd
+        line = (f"pid {os.getpid()} on {socket.gethostname()} ({what}, since "  # a path's bytes as given
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n").encode(errors="surrogateescape")
+        if alone:
             os.ftruncate(fd, 0)
-            cmd = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300] if sys.argv else "python"
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} ({cmd}, since "  # a path's bytes as given
-                          f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(errors="surrogateescape"), 0)
+            os.pwrite(fd, line, 0)
+        else:  # beside the other holders' lines (one write in append mode: none is overwritten)
+            try:
+                add = os.open(self.path, os.O_WRONLY | os.O_APPEND | NOFOLLOW)
+                try:
+                    os.write(add, line)
+                finally:
+                    os.close(add)
+            except OSError:  # the holder line is only what a refusal says: the lock is held all the same
+                pass
 
     def release(self) -> None:
         if self._fd is not None:
@@ -180,6 +205,85 @@ class DirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+_HOLDER = re.compile(r"pid (\d+) on (\S+) \((?:slice (\d+/\d+) of a sweep: )?")
+
+
+def _flock_shared(fd: int) -> None:
+    """A shared ``flock`` on ``fd``, tried for up to 0.5 s: another slice starting at the same moment holds
+    the lock exclusively only while it rewrites the holder lines (:class:`DirLock`); a writer's exclusive
+    hold outlasts that, and raises ``OSError``."""
+    deadline = time.monotonic() + 0.5
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (an ended one that is not yet reaped counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    except OSError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def _holders_alive(text: str) -> list:
+    """The holder lines of a lock file (:class:`DirLock`) as ``(line, pid, host, slice)``, those naming a
+    process of this host that has ended left out (``pid`` ``None``: a line of no known form, kept)."""
+    me, out = socket.gethostname(), []
+    for line in (ln.strip() for ln in text.splitlines()):
+        if not line:
+            continue
+        m = _HOLDER.match(line)
+        if m is None:
+            out.append((line, None, None, None))
+        elif m.group(2) != me or pid_alive(int(m.group(1))):
+            out.append((line, int(m.group(1)), m.group(2), m.group(3)))
+    return out
+
+
+def _refusal(folder, text: str) -> str:
+    """The line that refuses ``folder``, held by another process: the slices of an earlier sweep still running
+    (a ``--processes`` child whose parent was killed), else the holder its lock file names."""
+    alive = _holders_alive(text)
+    slices = [h for h in alive if h[3] is not None]
+    if slices:
+        hosts = sorted({h[2] for h in slices} - {socket.gethostname()})
+        where = f" on {', '.join(hosts)}" if hosts else ""
+        pids = [str(h[1]) for h in slices]
+        if len(slices) == 1:
+            return (f"{folder}: slice {slices[0][3]} of an earlier sweep is still running (pid {pids[0]}{where}); "
+                    f"wait for it to end or stop it (kill {pids[0]}), then --resume")
+        return (f"{folder}: slices {', '.join(h[3] for h in slices)} of an earlier sweep are still running (pids "
+                f"{', '.join(pids)}{where}); wait for them to end or stop them (kill {' '.join(pids)}), then --resume")
+    holder = alive[0][0] if alive else "another process"
+    return f"{folder} is being written by {holder}; wait for it to end, or choose another --out"
+
+
+def writer_ended(folder) -> bool:
+    """Whether the folder's lock file names only processes of this host that have ended: nothing writes it,
+    whatever its files say (a ``running`` run there was stopped or killed, and ``--resume`` continues it).
+    ``False`` when there is no lock file or it names a live process or one of another host."""
+    try:
+        text = (Path(folder) / LOCK).read_bytes()[:1 << 16].decode(errors="replace")
+    except OSError:
+        return False
+    return bool(text.strip()) and not _holders_alive(text)
 
 
 class RunDir:
@@ -215,13 +319,13 @@ class RunDir:
         if not os.access(self.path, os.W_OK):
             raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
 
-    def lock(self, *, shared: bool = False) -> DirLock:
+    def lock(self, *, shared: bool = False, slice: Optional[str] = None) -> DirLock:
         """Hold the directory for writing (create it first); see :class:`DirLock`. Once held alone (not
         ``shared``), the temporary files a killed write left are removed (the exact names this module
         writes, nothing else): a command refused because another process holds the folder changes
         nothing in it. (Under a shared hold they stay: another holder may be writing one; each atomic
         write removes a stale one at its own name first, :func:`open_new`.)"""
-        held = DirLock(self.path, shared=shared)
+        held = DirLock(self.path, shared=shared, slice=slice)
         if not shared:
             for name in TEMPORARIES:
                 discard(self.path / name)  # a file or a link (never followed); a folder there stays

@@ -103,8 +103,10 @@ def _check_chunk(chunk) -> None:
 @contextlib.contextmanager
 def _held(root: Path, shard):
     """The sweep's folder locked for this process (shared by the slices of a sharded sweep, each of
-    whose runs is locked alone while it runs), with Ctrl-C handled."""
-    with RunDir(root).lock(shared=shard is not None), INTERRUPT.active():
+    whose runs is locked alone while it runs: its holder line names the slice, which a refusal says), with
+    Ctrl-C handled."""
+    with RunDir(root).lock(shared=shard is not None, slice=None if shard is None else f"{shard[0]}/{shard[1]}"), \
+            INTERRUPT.active():
         yield
 
 
