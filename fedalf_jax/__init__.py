@@ -18,19 +18,19 @@ The API (``import fedalf_jax as fj``; README "Python API", docs/extending.md):
   mechanisms ``fj.adaptive_ldp``, ``fj.ldp_fl``, ``fj.gaussian_dp``.
 """
 
-from .interrupt import INTERRUPT as _INTERRUPT, started_as_command as _started_as_command
+from .runtime.interrupt import INTERRUPT as _INTERRUPT, started_as_command as _started_as_command
 
 if _started_as_command():  # the fedalf command: Ctrl-C and SIGTERM are kept from before JAX loads (interrupt.py)
-    from .allocator import restart_with_settings as _restart_with_settings
+    from .runtime.allocator import restart_with_settings as _restart_with_settings
     _restart_with_settings()  # an allocator that keeps what XLA frees (allocator.py): once, before anything loads
     _INTERRUPT.install_for_command()
-    from .interrupt import watch_parent as _watch_parent
+    from .runtime.interrupt import watch_parent as _watch_parent
     _watch_parent()  # a `sweep --processes` child: stopped (its round saved) when its parent ends (interrupt.py)
 
 from .api import Result, SweepResult, client_splits, load, report, run, sweep
-from .experiment.config import Config, ConfigError
-from .experiment.metrics import fairness_angle, summarize
-from .experiment.registry import ArrayData, register_algorithm, register_dataset, register_model
+from .config.config import Config, ConfigError
+from .runner.metrics import fairness_angle, summarize
+from .plugins.registry import ArrayData, register_algorithm, register_dataset, register_model
 from . import algorithms  # the base types, the pieces and the built-in plug-ins
 from .sim.algorithms import (Algorithm, Batch, ClientFacts, HParams, Personal, ServerIn, cross_entropy,
                              local_optimizer)

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
-from .experiment.config import Config, ConfigError
+from .config.config import Config, ConfigError
 
 
 def _frame(rows: list[dict]):
@@ -93,8 +93,8 @@ class Result:
         if self.run_dir is None:
             raise ConfigError("this run has no run directory, so no checkpoint to read the states from; run it "
                               "with out=...")
-        from .experiment.build import load_pool, make_spec
-        from .experiment.rundir import RunDir
+        from .runner.build import load_pool, make_spec
+        from .runner.rundir import RunDir
         from .sim.round import init_state
         like = init_state(make_spec(self.config, load_pool(self.config)), self.config.seed)
         state = RunDir(self.run_dir).load_checkpoint(like)
@@ -153,13 +153,13 @@ def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool 
     the CLI's ``--resume``/``--overwrite``. Without ``out`` nothing is kept on disk: the result (metrics,
     final model) lives only in the returned :class:`Result` (``fedalf run`` without ``--out``, by contrast,
     writes ``runs/<algorithm>-<model>-<time>``). Raises ``FloatingPointError`` when the model diverges."""
-    from .experiment.cache import configure_for_api
-    from .experiment.loop import run as run_loop
-    from .experiment.rundir import RunDir
+    from .runner.cache import configure_for_api
+    from .runner.loop import run as run_loop
+    from .runner.rundir import RunDir
     cfg = _config(cfg, options)
     configure_for_api()  # the CLI's persistent compilation cache, unless this process chose its own
     if not (resume and cfg.out and RunDir(cfg.out).has_config()):  # issue 47 item 15: a given option never read
-        from .experiment.sweep_plan import non_default, say_unread
+        from .sweeps.sweep_plan import non_default, say_unread
         say_unread([cfg], set(options) | non_default(cfg.to_dict()), stacklevel=2)
     slot = run_loop(cfg, progress=progress, resume=resume, overwrite=overwrite, full=True)
     rd = RunDir(cfg.out) if cfg.out else None
@@ -170,8 +170,8 @@ def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool 
 def load(run_dir: str | Path) -> Result:
     """A run directory read back: its config, metrics, status and summary; its final model on first use
     of ``.model`` (from the last usable checkpoint, which must be of the run's last round)."""
-    from .experiment.loop import rows_of
-    from .experiment.rundir import RunDir
+    from .runner.loop import rows_of
+    from .runner.rundir import RunDir
     rd = RunDir(run_dir)
     if not rd.has_config():
         raise ConfigError(f"{rd.path} holds no run (no config.json); give a folder written by fj.run or fedalf run")
@@ -193,7 +193,7 @@ class SweepResult:
     def varied(self) -> list:
         """The options (besides ``algorithm`` and ``seed``) whose values differ between the runs, in
         :class:`Config`'s order; an algorithm's own hyper-parameter as ``hp.NAME``."""
-        from .experiment.identity import flat_options
+        from .config.identity import flat_options
         dicts = [flat_options(r.config.to_dict()) for r in self.runs]
         keys = [k for k in dict.fromkeys(k for d in dicts for k in d) if k not in ("algorithm", "seed", "out")]
         return [k for k in keys if len({repr(d.get(k)) for d in dicts}) > 1]
@@ -201,7 +201,7 @@ class SweepResult:
     @property
     def table(self):
         import pandas as pd
-        from .experiment.identity import flat_options
+        from .config.identity import flat_options
         varied = self.varied
         final = ("mean_acc", "angle_deg", "worst10_acc")
         if any("personal_acc" in r.final for r in self.runs):  # each client's own model, beside the global one
@@ -237,9 +237,9 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     A folder that already holds a sweep is refused unless ``resume=True`` (the same call again: its
     unfinished runs are finished, its finished ones read back; the options must describe the same runs),
     or ``overwrite=True`` (the sweep's run files and ``sweep.json`` are removed first), as ``fj.run``'s."""
-    from .experiment import sweep as S
-    from .experiment.cache import configure_for_api
-    from .experiment.sweep_plan import distinct, expand
+    from .sweeps import sweep as S
+    from .runner.cache import configure_for_api
+    from .sweeps.sweep_plan import distinct, expand
     if resume and overwrite:
         raise ConfigError("resume=True continues the sweep in out and overwrite=True replaces it; choose one")
     cfg = _config(cfg, options)
@@ -255,7 +255,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
     configs = expand(base, grid, list(seeds))
     root = Path(out)
     if not (resume and (root / "sweep.json").is_file()):  # issue 47 item 15: a given option no run reads
-        from .experiment.sweep_plan import non_default, say_unread
+        from .sweeps.sweep_plan import non_default, say_unread
         say_unread(configs, set(options) | set(grid) | non_default(cfg.to_dict()), stacklevel=2)
     if (root / "sweep.json").is_file() and not resume:
         if not overwrite:
@@ -272,7 +272,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
         S.resume(root, chunk=chunk, progress=progress)
     else:
         S.sweep(configs, out, chunk=chunk, progress=progress)
-    from .experiment.sweepdir import read_sweep
+    from .sweeps.sweepdir import read_sweep
     entries = read_sweep(root)["runs"]
     return SweepResult(root, [load(root / e["dir"]) for e in entries], [e["name"] for e in entries])
 
@@ -283,7 +283,7 @@ def client_splits(cfg: Optional[Config] = None, /, **options) -> list[tuple[np.n
     ``i``'s training examples), for ``cfg`` (or ``Config(**options)``; options override ``cfg``'s), exactly as
     its run partitions them (``--partition``, ``--seed``, ...; ``given``: a registered data set's own lists,
     the test lists offset by its number of train examples). Loads the data, builds no model."""
-    from .experiment.build import client_rows, load_pool
+    from .runner.build import client_rows, load_pool
     cfg = _config(cfg, options)
     part = client_rows(cfg, load_pool(cfg)).partition
     return [(np.asarray(tr, np.int64), np.asarray(te, np.int64)) for tr, te in zip(part.train_idx, part.test_idx)]

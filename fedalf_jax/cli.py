@@ -23,11 +23,11 @@ from pathlib import Path
 from .cli_declared import expand as expand_declared
 from .cli_options import (  # noqa: F401 - re-exported: fedalf_jax.cli's names before the split
     _HELP, FLAG_GROUPS, SWEEP_SINGLE, _alg_arg_value, _given, build_parser, config_from_args, version_text)
-from .experiment import config as C
-from .experiment.config import CONTINUOUS, Config, ConfigError
-from .experiment.identity import from_run
-from .interrupt import INTERRUPT, PARENT_ENV, Interrupted, signal_name
-from .notices import shown as shown_notices
+from .config import config as C
+from .config.config import CONTINUOUS, Config, ConfigError
+from .config.identity import from_run
+from .runtime.interrupt import INTERRUPT, PARENT_ENV, Interrupted, signal_name
+from .runtime.notices import shown as shown_notices
 
 
 def default_out(cfg: Config) -> str:
@@ -60,14 +60,14 @@ def init_distributed(args) -> None:
 def _explicit(args) -> set:
     """The options given explicitly: the flags, and a ``--config`` file's values other than the defaults (a run's
     config.json records every option: re-running it says nothing of the defaults it holds)."""
-    from .experiment.sweep_plan import non_default
+    from .sweeps.sweep_plan import non_default
     return set(_given(args)) | (non_default(Config.load(args.config).to_dict()) if args.config else set())
 
 
 def _cmd_run(args) -> int:
-    from .experiment.loop import run
-    from .experiment.rundir import RunDir
-    from .experiment.sweep_plan import say_unread
+    from .runner.loop import run
+    from .runner.rundir import RunDir
+    from .sweeps.sweep_plan import say_unread
     cfg = config_from_args(args)
     if not (args.resume and args.out and RunDir(args.out).has_config()):  # a resumed run said it when it started
         say_unread([cfg], _explicit(args))
@@ -98,8 +98,8 @@ def _cmd_sweep(args) -> int:
 
 def _sweep(args) -> list:
     """The sweep (or its --shard slice) the flags describe, started or resumed; its runs' results."""
-    from .experiment import sweep as S
-    from .experiment.sweep_plan import distinct, say_unread
+    from .sweeps import sweep as S
+    from .sweeps.sweep_plan import distinct, say_unread
     if args.sweep_chunk is not None and args.sweep_chunk < 1:
         raise ConfigError(f"--sweep-chunk must be a positive integer, got {args.sweep_chunk}")
     given = _given(args)
@@ -142,13 +142,13 @@ def run_status_words(status: str, folder) -> str:
     """A run's status as the sweep's last line says it: a ``running`` one (no summary) whose lock names only
     processes that have ended is ``stopped (resume with --resume)`` (stopped, or killed: a child killed by
     SIGKILL), not ``running``; the others as they are."""
-    from .experiment.rundir import writer_ended
+    from .runner.rundir import writer_ended
     return "stopped (resume with --resume)" if status == "running" and writer_ended(folder) else status
 
 
 def _say_sweep(res: list, out) -> None:
     """The sweep's last lines: its runs counted by status, and the best run."""
-    from .experiment import sweep as S
+    from .sweeps import sweep as S
     counts: dict[str, int] = {}
     for r in res:
         status = run_status_words(r["status"], r["dir"])
@@ -175,7 +175,7 @@ def _sweep_in_processes(args) -> int:
     fails is named, with its last line, and the command exits 1."""
     import subprocess
     import tempfile
-    from .experiment import sweep as S
+    from .sweeps import sweep as S
     p = args.processes
     if p < 1:
         raise ConfigError(f"--processes must be a positive integer, got {p}")
@@ -328,7 +328,7 @@ def _wait_children(children):
 
 def _keeps_checkpoints(out) -> bool:
     """Whether the runs of the sweep in ``out`` keep checkpoints (``--checkpoint-every`` is one value for all)."""
-    from .experiment import sweep as S
+    from .sweeps import sweep as S
     try:
         runs = S.read_sweep(out)["runs"]
     except (OSError, ConfigError, ValueError):  # stopped before the plan: the continue line starts it again
@@ -344,7 +344,7 @@ def _resolved(cfg: Config) -> str:
 
 
 def _sweep_configs(args, given: dict) -> list:
-    from .experiment.sweep_plan import expand
+    from .sweeps.sweep_plan import expand
     base = Config.load(args.config).to_dict() if args.config else {}
     seeds = args.seeds if args.seeds is not None else [base.get("seed", 0)]
     return expand(base, given, seeds)
@@ -570,7 +570,7 @@ def _sweep_again(cmd: str, args, argv) -> str:
 
 def _dispatch(args) -> int:
     if hasattr(args, "no_compile_cache"):  # run, sweep, bench: before anything compiles
-        from .experiment.cache import cache_dir, configure
+        from .runner.cache import cache_dir, configure
         configure(cache_dir(disabled=args.no_compile_cache))
     from .problem.data import DataError
     from .problem.models import ModelError

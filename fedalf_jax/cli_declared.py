@@ -33,8 +33,8 @@ def _algorithms(argv: list[str]) -> list[str]:
 
 def declared_hparams(names: Iterable[str]) -> dict[str, float]:
     """``{name: default}`` of the hyper-parameters the user algorithms ``names`` declare (built-ins: none)."""
-    from .experiment import registry
-    from .experiment.options import ALGORITHMS, _user_algorithm
+    from .plugins import registry
+    from .config.options import ALGORITHMS, _user_algorithm
     out: dict[str, float] = {}
     for name in names:
         if name in ALGORITHMS or not registry.is_path(name):  # a command names a user's as module:attribute

@@ -11,9 +11,9 @@ import dataclasses
 import json
 import typing
 
-from .experiment import config as C
-from .experiment.config import Config, ConfigError
-from .experiment.identity import identity_diff
+from .config import config as C
+from .config.config import Config, ConfigError
+from .config.identity import identity_diff
 
 # flag -> choices, for the string options
 _CHOICES = {
@@ -351,7 +351,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if getattr(args, "resume", False):
         if not args.out:
             raise ConfigError("--resume needs --out DIR, the run directory to continue")
-        from .experiment.rundir import RunDir
+        from .runner.rundir import RunDir
         rd = RunDir(args.out)
         if rd.has_config():  # else nothing to resume yet: start from round 0 with the given options
             saved = rd.config_dict()

@@ -1,10 +1,8 @@
-"""The errors every floor raises, at the ground of the package (it imports nothing of it).
+"""Old import path of :mod:`fedalf_jax.runtime.errors` (kept for a release): this name is that module itself,
+one module under two names (a monkeypatch of either is the same)."""
 
-:class:`ConfigError` is a user's mistake told in one line (the CLI prints it, exit 2): ``sim/`` raises it
-for an algorithm that breaks its contract, ``experiment/`` for an option, ``reporting/`` and ``bench/`` for
-their arguments. ``fedalf_jax.ConfigError`` and ``fedalf_jax.experiment.config.ConfigError`` are this class.
-"""
+import sys
 
+from .runtime import errors as _moved
 
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names it and the fix."""
+sys.modules[__name__] = _moved

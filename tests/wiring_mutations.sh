@@ -54,13 +54,13 @@ mutate fedalf_jax/problem/partitions.py "n_tr = min(max(int(round(frac * n)), 1)
   "glue: per-class local split truncates frac*n" "$G -k local_split"
 mutate fedalf_jax/problem/partitions.py "n_test = n - min(max(int(round(frac * n)), 1), n - 1)" \
   "n_test = n - min(max(int(frac * n), 1), n - 1)" "glue: stratified local split truncates frac*n" "$G -k local_split"
-mutate fedalf_jax/experiment/config.py "if self.clients_per_round > self.clients:" "if self.clients_per_round >= self.clients:" \
+mutate fedalf_jax/config/config.py "if self.clients_per_round > self.clients:" "if self.clients_per_round >= self.clients:" \
   "glue: full participation refused" "$G -k full_participation"
-mutate fedalf_jax/experiment/loop.py "st, out = program(at0, hp, data, 0)" \
+mutate fedalf_jax/runner/loop.py "st, out = program(at0, hp, data, 0)" \
   "st, out = program(state, hp, data, 0)" "glue: round 0 evaluates the model after the first chunk" "$G -k round_0"
-mutate fedalf_jax/experiment/loop.py "                if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
+mutate fedalf_jax/runner/loop.py "                if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
   "                if not ((t - start) % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" "glue: an extended run's evaluations leave the evaluation grid" "$G -k off_the_eval_grid"
-mutate fedalf_jax/experiment/rundir.py "path = avail[max(avail) if round is None else round]" "path = avail[max(avail)]" \
+mutate fedalf_jax/runner/rundir.py "path = avail[max(avail) if round is None else round]" "path = avail[max(avail)]" \
   "glue: load_checkpoint(round=r) returns the last checkpoint" "$G -k load_checkpoint"
 mutate fedalf_jax/reporting/runs.py "cell.eta = max(sorted(cell.scores), key" "cell.eta = max(sorted(cell.scores, reverse=True), key" \
   "glue: eta ties go to the larger eta" "$G -k eta_tie"
@@ -70,52 +70,52 @@ mutate fedalf_jax/reporting/tables.py "return trained[-last:] if trained.size" "
   "glue: the last-K mean drops the first K evaluations instead" "$G -k last_k_mean"
 mutate fedalf_jax/reporting/__init__.py "    messages += last_k_notes(chosen, last)" "    pass" \
   "glue: fewer than K evaluations, silently" "$G -k last_k_mean"
-mutate fedalf_jax/experiment/sweep.py "    calls = 0
+mutate fedalf_jax/sweeps/sweep.py "    calls = 0
     plans, total = [], 0
     for key, runs in members.items():
 " "    plans, total = [], 0
     for key, runs in members.items():
         calls = 0
 " "glue: --shard numbers the program calls per combination" "$S -k shard_slices"
-mutate fedalf_jax/experiment/sweep.py 's.get("status", "done") == "diverged" or s.get' 's.get' \
+mutate fedalf_jax/sweeps/sweep.py 's.get("status", "done") == "diverged" or s.get' 's.get' \
   "glue: sweep --resume reruns a diverged run" "$S -k diverged_run_untouched"
-mutate fedalf_jax/experiment/programs.py 'return "map" if (backend or jax.default_backend()) == "cpu" else "vmap"' 'return "map"' \
+mutate fedalf_jax/runner/programs.py 'return "map" if (backend or jax.default_backend()) == "cpu" else "vmap"' 'return "map"' \
   "glue: auto maps a sweep's runs on the GPU too" "$S -k gpu_auto"
-mutate fedalf_jax/experiment/sweep.py 'self.run_map = default_run_map() if cfg0.run_map == "auto" else cfg0.run_map' \
+mutate fedalf_jax/sweeps/sweep.py 'self.run_map = default_run_map() if cfg0.run_map == "auto" else cfg0.run_map' \
   'self.run_map = default_run_map()' "glue: an explicit --run-map is ignored" "$S -k gpu_auto"
 
 # issue #13, items 1-8 (labels start with "trust"): tests/test_trust.py
 T=tests/test_trust.py
-mutate fedalf_jax/experiment/identity.py 'return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))' \
+mutate fedalf_jax/config/identity.py 'return sorted(k for k in set(a) | set(b) if k not in BOOKKEEPING and k not in CONTENT and get(a, k) != get(b, k))' \
   'return []' "trust: a checkpoint's identity is not compared" "$T -k edited_since"
-mutate fedalf_jax/experiment/rundir.py "if not resume and self.holds_run():" "if False:" \
+mutate fedalf_jax/runner/rundir.py "if not resume and self.holds_run():" "if False:" \
   "trust: a new run overwrites a finished one" "$T -k holds_one"
 mutate fedalf_jax/cli_options.py 'base.pop("out", None)' 'pass' "trust: --config inherits out" "$T -k never_inherits"
 mutate fedalf_jax/cli.py "cfg = cfg.replace(out=default_out(cfg))" "pass" "trust: a run without --out saves nothing" \
   "$T -k never_inherits"
-mutate fedalf_jax/experiment/rundir.py "                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)" "                pass" \
+mutate fedalf_jax/runner/rundir.py "                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)" "                pass" \
   "trust: no lock: two writers share a folder" "$T -k second_writer"
-mutate fedalf_jax/experiment/rundir.py "            for k in f.files:  # reading each member checks its CRC
+mutate fedalf_jax/runner/rundir.py "            for k in f.files:  # reading each member checks its CRC
                 f[k]" "            for k in f.files:  # reading each member checks its CRC
                 pass" "trust: a checkpoint's data is not checked before use" "$T -k damaged_checkpoint"
-mutate fedalf_jax/experiment/writers.py "        if not (math.isfinite(step) and step >= 0 and step == int(step)):" \
+mutate fedalf_jax/runner/writers.py "        if not (math.isfinite(step) and step >= 0 and step == int(step)):" \
   "        if not math.isfinite(step):
             continue
         if False:" "trust: a NaN metrics row is dropped silently" "$T -k damaged_metrics"
-mutate fedalf_jax/experiment/loop.py "            raise self._err" "            pass" \
+mutate fedalf_jax/runner/loop.py "            raise self._err" "            pass" \
   "trust: a failed checkpoint is never reported" "$T -k failed_checkpoint"
-mutate fedalf_jax/experiment/loop.py "                    ckpt.wait()  # the previous one written" "                    pass  # the previous one written" \
+mutate fedalf_jax/runner/loop.py "                    ckpt.wait()  # the previous one written" "                    pass  # the previous one written" \
   "trust: a failed checkpoint is seen late (after more rounds)" "$T -k failed_checkpoint"
-mutate fedalf_jax/experiment/rundir.py "for name in TEMPORARIES:" "for name in [p.name for p in self.path.glob('*.tmp*')]:" \
+mutate fedalf_jax/runner/rundir.py "for name in TEMPORARIES:" "for name in [p.name for p in self.path.glob('*.tmp*')]:" \
   "trust: every *.tmp* file is removed" "$T -k temporary"
-mutate fedalf_jax/experiment/sweepdir.py 'if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:' 'if False:' \
+mutate fedalf_jax/sweeps/sweepdir.py 'if p.is_absolute() or not r["dir"] or top not in (top / p).resolve().parents:' 'if False:' \
   "trust: sweep.json may point outside its folder" "$T -k outside_its_folder"
-mutate fedalf_jax/experiment/loop.py "        if final or interrupted:" \
+mutate fedalf_jax/runner/loop.py "        if final or interrupted:" \
   "        if final:" "trust: Ctrl-C drops the rounds since the last timed checkpoint" "$T -k saves_the_last"
-mutate fedalf_jax/interrupt.py "        if not self.requested:
+mutate fedalf_jax/runtime/interrupt.py "        if not self.requested:
             self.requested, self.signum = True, signum" "        if True:
             self.requested, self.signum = True, signum" "trust: a second Ctrl-C is ignored" "$T -k second_ctrl_c"
-mutate fedalf_jax/experiment/loop.py '                    bar.write(f"fedalf: nothing to resume in {rd.path} ({why}): starting from round 0")' \
+mutate fedalf_jax/runner/loop.py '                    bar.write(f"fedalf: nothing to resume in {rd.path} ({why}): starting from round 0")' \
   '                    pass' "trust: --resume of a new folder says nothing" "$T -k never_ran"
 
 # issue #14 (labels start with "gpu"): the server's depth, its count, and what runs batched
@@ -131,7 +131,7 @@ mutate fedalf_jax/bench/depth.py 'per_round = trips.max(0) if side_by_side else 
 mutate fedalf_jax/sim/qp.py "    lam, it = jax.vmap(lambda q, k, x: _solve_active(q, k, x, maxiter, tol))(Qs, ms, uni)" \
   "    lam, it = jax.vmap(lambda q, k, x: _solve_active(q, k, x, maxiter, tol))(Qs, ms, uni); it = jnp.broadcast_to(jnp.max(it), it.shape)" \
   "gpu: a batch's problems share one step count" "$Q -k active_is"
-mutate fedalf_jax/experiment/identity.py '        return d.get(k, defaults.get(k, "<missing>"))' '        return d.get(k, "<missing>")' \
+mutate fedalf_jax/config/identity.py '        return d.get(k, defaults.get(k, "<missing>"))' '        return d.get(k, "<missing>")' \
   "gpu: a run from before a new option cannot resume" "$T -k new_option"
 # issue #15: where the noise goes, the noise-aware server, the private defaults (labels "private")
 PF=tests/test_private_fedalf.py
@@ -149,7 +149,7 @@ mutate fedalf_jax/sim/algorithms.py 'noise = jnp.sum(s.noise_var) if fair_norm =
   "private: the fair server ignores --fair-norm denoised" "$PF -k round_carries"
 mutate fedalf_jax/algorithms/declare.py '"ldp_on": Option("weights", private="update")}' '"ldp_on": Option("weights", private="weights")}' \
   "private: a private run's default puts the noise on the weights" "$PF -k guarantee_holding"
-mutate fedalf_jax/experiment/identity.py '    d = {**LEGACY, **d}' '    d = dict(d)' \
+mutate fedalf_jax/config/identity.py '    d = {**LEGACY, **d}' '    d = dict(d)' \
   "private: a run from before --ldp-on resumes with today's defaults" "$PF -k before_these_options"
 # issue #16: the extension points (labels start with "api"), tests/test_api.py
 AP=tests/test_api.py
@@ -157,9 +157,9 @@ mutate fedalf_jax/sim/round.py '    duals = T.put(state.duals, sel, outs.dual) i
   '    duals = state.duals' "api: a user algorithm's per-client state never stored" "$AP -k hand"
 mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux, server_key(state))' '                    spec.clients_per_round, n_sel, outs.aux, server_key(state))' \
   "api: ServerIn.num_clients is the round's m" "$AP -k fewer_clients_per_round"
-mutate fedalf_jax/experiment/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
+mutate fedalf_jax/runner/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
   "api: given client lists' test rows index the train examples" "$AP -k hand"
-mutate fedalf_jax/experiment/config.py '            d["dataset_digest"] = registry.dataset(self.dataset).digest' '            pass' \
+mutate fedalf_jax/config/config.py '            d["dataset_digest"] = registry.dataset(self.dataset).digest' '            pass' \
   "api: a registered data set's arrays not part of the run's identity" "$AP -k other_arrays"
 mutate fedalf_jax/api.py '                  rd.path if rd else None, rd.summary() if rd else None, slot.variables, slot.average)' \
   '                  rd.path if rd else None, rd.summary() if rd else None, None, slot.average)' \
@@ -172,9 +172,9 @@ mutate fedalf_jax/sim/program.py '        delta = clip_global_norm(delta, hp.cli
   "central: uploads not clipped" "$CD -k uniformly"
 mutate fedalf_jax/sim/round.py '    sigma = hp.noise_multiplier * spec.central_sensitivity * server_lr_t * hp.clip' \
   '    sigma = hp.noise_multiplier * spec.central_sensitivity * hp.clip' "central: the noise ignores η_g" "$CD -k calibrated_std"
-mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0' \
+mutate fedalf_jax/runner/build.py '    return 2.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0' \
   '    return 2.0 / cfg.clients_per_round' "central: the fair server's sensitivity taken as 2/m" "$CD -k calibrated_std"
-mutate fedalf_jax/experiment/config.py '            d["central_rounds"] = self.rounds' '            pass' \
+mutate fedalf_jax/config/config.py '            d["central_rounds"] = self.rounds' '            pass' \
   "central: --resume may change the calibrated run length" "$CD -k refusals"
 # issue #15 item 2: the history rows' window under noise (labels start with "tau"), tests/test_wiring.py
 mutate fedalf_jax/sim/algorithms.py '    if tau is None:' '    if True:' "tau: --history-tau ignored by the window" \
@@ -183,9 +183,9 @@ mutate fedalf_jax/algorithms/fedalf.py '"qp_method", "fair_norm", "history_tau")
   '"qp_method", "fair_norm"),' "tau: --history-tau never reaches the server" "tests/test_wiring.py -k history_tau"
 # issue #27 items 2, 12, 17: signals, resume hints, notices (labels start with "signals"), tests/test_signals.py
 SG=tests/test_signals.py
-mutate fedalf_jax/interrupt.py '("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1")' '("SIGINT",)' \
+mutate fedalf_jax/runtime/interrupt.py '("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1")' '("SIGINT",)' \
   "signals: SIGTERM not handled (no checkpoint, no message)" "$SG -k sigterm_saves"
-mutate fedalf_jax/experiment/loop.py '        e = Interrupted(t, dirs, saved=saved and keeps, signum=INTERRUPT.signum)' \
+mutate fedalf_jax/runner/loop.py '        e = Interrupted(t, dirs, saved=saved and keeps, signum=INTERRUPT.signum)' \
   '        e = Interrupted(t, dirs, saved=saved and keeps)' "signals: a run stopped by SIGTERM exits 130" "$SG -k sigterm_saves"
 mutate fedalf_jax/__init__.py '    _INTERRUPT.install_for_command()' '    pass' \
   "signals: the command's handlers installed only once JAX has loaded" "$SG -k while_the_command_loads"
@@ -199,21 +199,21 @@ mutate fedalf_jax/cli.py '    with INTERRUPT.command(), shown_notices():' '    w
   "signals: integrity notices hidden by PYTHONWARNINGS=ignore" "$SG -k notice"
 # issue #27 items 1, 7, 8, 10: run and sweep folders (labels start with "files"), tests/test_trust_files.py
 TF=tests/test_trust_files.py
-mutate fedalf_jax/experiment/rundir.py '            raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
+mutate fedalf_jax/runner/rundir.py '            raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
 ' '            raise ConfigError(f"the run directory {self.path} is not writable; pass another --out")
         for name in TEMPORARIES:
             discard(self.path / name)
 ' "files: the temporaries removed before the lock is held (item 1)" "$TF -k refused_by"
-mutate fedalf_jax/experiment/rundir.py 'os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)' 'os.O_RDWR | os.O_CREAT, 0o644)' \
+mutate fedalf_jax/runner/rundir.py 'os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)' 'os.O_RDWR | os.O_CREAT, 0o644)' \
   "files: the lock opened through a link (item 7)" "$TF -k symlinked_lock"
-mutate fedalf_jax/experiment/writers.py '    discard(path)
+mutate fedalf_jax/runner/writers.py '    discard(path)
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o666), mode, **kw)' \
   '    return open(path, mode, **kw)' "files: a temporary file opened through a link (item 7)" "$TF -k temporary_names"
-mutate fedalf_jax/experiment/rundir.py 'if cfg.log == "tensorboard" and (self.path / TB).is_symlink():' 'if False:' \
+mutate fedalf_jax/runner/rundir.py 'if cfg.log == "tensorboard" and (self.path / TB).is_symlink():' 'if False:' \
   "files: TensorBoard events written through a tb link (item 7)" "$TF -k tb_link"
-mutate fedalf_jax/experiment/rundir.py '                for p in tb.glob(TB_EVENTS):' '                for p in tb.iterdir():' \
+mutate fedalf_jax/runner/rundir.py '                for p in tb.glob(TB_EVENTS):' '                for p in tb.iterdir():' \
   "files: --overwrite removes a user's files in tb/ (item 8)" "$TF -k only_the_event_files"
-mutate fedalf_jax/experiment/rundir.py '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode(errors="surrogateescape")' '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode()' \
+mutate fedalf_jax/runner/rundir.py '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode(errors="surrogateescape")' '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode()' \
   "files: the lock's holder line of a non-UTF-8 --out (item 10)" "$TF -k utf8"
 mutate fedalf_jax/cli.py '            stream.reconfigure(errors="backslashreplace")' '            pass' \
   "files: a non-UTF-8 --out printed on a strict stdout (item 10)" "$TF -k utf8"
@@ -232,7 +232,7 @@ mutate fedalf_jax/cli.py '[1, 8] if jax.default_backend() != "cpu" else [0]' '[1
 mutate experiments/gpu_session.sh '    exit "$rc"' '    true' "kit: gpu_session goes on after a failing command" "$K -k command_fails"
 mutate experiments/gpu_session.sh 'PY=${PYTHON:-.venv/bin/python}' 'PY=python3' "kit: gpu_session runs the system python3" \
   "$K -k smoke_step"
-mutate fedalf_jax/experiment/sweep.py '        check_disk(configs, root, compressed=compress, announce=announce)' '        pass' \
+mutate fedalf_jax/sweeps/sweep.py '        check_disk(configs, root, compressed=compress, announce=announce)' '        pass' \
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
 mutate fedalf_jax/bench/timing.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
   'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
@@ -248,7 +248,7 @@ mutate fedalf_jax/privacy/guarantee.py '    if cfg.ldp == "ldp_fl" and cfg.epsil
   "privbound: item 14: ldp_fl's cut-off not in the guarantee" "$PB -k ldp_fl"
 mutate fedalf_jax/privacy/accounting.py 'Q_MIN = 1e-5 ' 'Q_MIN = 0.0 ' \
   "privbound: item 15: central sampling rate unbounded" "$PB -k accountant"
-mutate fedalf_jax/experiment/config.py '        _check_accountable(self)' '        pass' \
+mutate fedalf_jax/config/config.py '        _check_accountable(self)' '        pass' \
   "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
 mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is None:  # nothing checks a user's upload: the claim is its own" \
   '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
@@ -259,10 +259,10 @@ mutate fedalf_jax/privacy/accounting.py \
   '    return dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(n, m, dpa.GaussianDpEvent(z)), rounds)' \
   '    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(m / n, dpa.GaussianDpEvent(z)), rounds)' \
   "privsample: item 15: central DP accounted as Poisson sampling" "$PS -k without_replacement"
-mutate fedalf_jax/experiment/build.py '    return 2.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0' \
+mutate fedalf_jax/runner/build.py '    return 2.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0' \
   '    return 1.0 / cfg.clients_per_round if central_sensitivity_of(cfg.algorithm) == "2/m" else 2.0' \
   "privsample: item 15: the mean servers' noise at the add/remove sensitivity 1/m" "$PS -k replace_one_one"
-mutate fedalf_jax/experiment/config.py '            d["central_accounting"] = "sampled without replacement, replace-one"' '            pass' \
+mutate fedalf_jax/config/config.py '            d["central_accounting"] = "sampled without replacement, replace-one"' '            pass' \
   "privsample: item 15: a Poisson-accounted central checkpoint resumes" "$PS -k poisson_accounted"
 mutate fedalf_jax/privacy/accounting.py '    if eps(Z_MAX) > epsilon:' '    if False:' \
   "privsample: item 15: an unreachable central budget reaches dp_accounting's bracket error" "$PS -k cannot_reach"
@@ -273,10 +273,10 @@ mutate fedalf_jax/privacy/accounting.py '    return (max(eps, eff) if math.isfin
 # issue #27 item 0: a sweep's padded call (6 runs as 8 over 4 CPU devices) and a run's sharded clients
 # (labels start with "devices"), tests/test_devices.py
 DV=tests/test_devices.py
-mutate fedalf_jax/experiment/sweep.py "slots_idx = part + [part[0]] * (width - len(part))" \
+mutate fedalf_jax/sweeps/sweep.py "slots_idx = part + [part[0]] * (width - len(part))" \
   "slots_idx = [part[0]] * (width - len(part)) + part" \
   "devices: padding slots first (a run computed with another run's seed, data and lr)" "$DV -k four_cpu"
-mutate fedalf_jax/experiment/sweep.py "self._stack([hparams(self.members[i][0]) for i in idx])" \
+mutate fedalf_jax/sweeps/sweep.py "self._stack([hparams(self.members[i][0]) for i in idx])" \
   "self._stack([hparams(self.members[i][0]) for i in sorted(idx)])" \
   "devices: a padded call's hyper-parameters out of slot order (seeds right, lrs shifted)" "$DV -k four_cpu"
 mutate fedalf_jax/sim/round.py "jax.lax.dynamic_slice_in_dim(x, i * k, k)" "jax.lax.dynamic_slice_in_dim(x, 0, k)" \
@@ -284,42 +284,42 @@ mutate fedalf_jax/sim/round.py "jax.lax.dynamic_slice_in_dim(x, i * k, k)" "jax.
 # issue #27 items 3, 9 and 11: damaged or missing files of a run or sweep directory (labels start with "damaged"),
 # tests/test_damaged_files.py
 DF=tests/test_damaged_files.py
-mutate fedalf_jax/experiment/writers.py "    if want is not None and header != want:" "    if False:" \
+mutate fedalf_jax/runner/writers.py "    if want is not None and header != want:" "    if False:" \
   "damaged: metrics.csv's header not checked on resume" "$DF -k drop_a_column_everywhere"
-mutate fedalf_jax/experiment/writers.py "        if len(r) != width:" "        if False:" \
+mutate fedalf_jax/runner/writers.py "        if len(r) != width:" "        if False:" \
   "damaged: a row of the wrong width read" "$DF -k drop_a_value"
-mutate fedalf_jax/experiment/writers.py "        if step <= last_step:" "        if step < last_step:" \
+mutate fedalf_jax/runner/writers.py "        if step <= last_step:" "        if step < last_step:" \
   "damaged: a repeated round read twice" "$DF -k repeat_round"
-mutate fedalf_jax/experiment/writers.py "        bad = next((j for j, v in enumerate(r) if not _is_number(v)), None)" "        bad = None" \
+mutate fedalf_jax/runner/writers.py "        bad = next((j for j, v in enumerate(r) if not _is_number(v)), None)" "        bad = None" \
   "damaged: a value that is not a number read" "$DF -k a_word_for_a_number"
-mutate fedalf_jax/experiment/writers.py "        cut = final and (not ends or len(r) < width)" "        cut = False" \
+mutate fedalf_jax/runner/writers.py "        cut = final and (not ends or len(r) < width)" "        cut = False" \
   "damaged: the last line cut short by a kill refused" "$DF -k cut_short"
 mutate fedalf_jax/reporting/runs.py "        except DamagedFile:  # a damaged metrics.csv" "        except ZeroDivisionError:  #" \
   "damaged: fedalf report skips a damaged metrics.csv as unreadable" "$DF -k report_refuses"
 mutate fedalf_jax/reporting/runs.py '        read_csv_rows(rd.path / METRICS, columns=columns_of_file(rd.path / METRICS, int(run.cfg["clients"])))' '        pass' \
   "damaged: fedalf report does not check metrics.csv's header" "$DF -k report_refuses"
-mutate fedalf_jax/experiment/sweep.py \
+mutate fedalf_jax/sweeps/sweep.py \
   "                read_csv_rows(rd.path / METRICS, columns=metric_columns(cfg.clients, extra_columns(self.spec.algorithm, cfg)))" \
   "                pass" \
   "damaged: sweep --resume checks metrics.csv after extending sweep.json" "$DF -k sweep_resume_refuses"
-mutate fedalf_jax/experiment/loop.py "                return _rebuild_summary(cfg, rd, state, writer)" "                pass" \
+mutate fedalf_jax/runner/loop.py "                return _rebuild_summary(cfg, rd, state, writer)" "                pass" \
   "damaged: a finished run's lost summary.json not rebuilt" "$DF -k missing_summary"
 mutate fedalf_jax/cli.py "    if not rows:  # an ended run whose" "    if False:  # an ended run whose" \
   "damaged: rows[-1] of an empty metrics.csv" "$DF -k without_evaluations"
-mutate fedalf_jax/experiment/sweep.py '        if was != rounds and from_run(e["config"]).get("dp") == "central"' '        if False and was != rounds' \
+mutate fedalf_jax/sweeps/sweep.py '        if was != rounds and from_run(e["config"]).get("dp") == "central"' '        if False and was != rounds' \
   "damaged: a central-DP sweep's extension refused after sweep.json is rewritten" "$DF -k central_dp_sweep"
-mutate fedalf_jax/experiment/rundir.py '            if diff == ["central_rounds"]:' '            if False:' \
+mutate fedalf_jax/runner/rundir.py '            if diff == ["central_rounds"]:' '            if False:' \
   "damaged: a central-DP run's refused extension says restore config.json" "$DF -k central_dp_run"
 # issue #27 items 4-6: a run's identity is its data's arrays, its user code and its options' resolved values
 # (labels start with "identity"), tests/test_identity.py
 ID=tests/test_identity.py
-mutate fedalf_jax/experiment/rundir.py '        ident["data_digest"] = loaded_data(cfg)[0]' '        pass' \
+mutate fedalf_jax/runner/rundir.py '        ident["data_digest"] = loaded_data(cfg)[0]' '        pass' \
   "identity: the loaded data's digest not recorded (item 4)" "$ID -k refused"
-mutate fedalf_jax/experiment/config.py '"log", "out", "data_dir")' '"log", "out")' \
+mutate fedalf_jax/config/config.py '"log", "out", "data_dir")' '"log", "out")' \
   "identity: data_dir part of the identity (item 4)" "$ID -k same_arrays"
-mutate fedalf_jax/experiment/config.py $'                d[f"{kind}_code"] = registry.code(kind, name, args)[0]\n                d[f"{kind}_code_files"] = registry.code_parts(kind, name, args)' '                pass' \
+mutate fedalf_jax/config/config.py $'                d[f"{kind}_code"] = registry.code(kind, name, args)[0]\n                d[f"{kind}_code_files"] = registry.code_parts(kind, name, args)' '                pass' \
   "identity: user code's digest not recorded (item 5)" "$ID -k changed_user_code"
-mutate fedalf_jax/experiment/identity.py '    elif "uncheckable" in (old, new):' '    elif False:' \
+mutate fedalf_jax/config/identity.py '    elif "uncheckable" in (old, new):' '    elif False:' \
   "identity: uncheckable user code refused instead of said (item 5)" "$ID -k cannot_be_checked"
 mutate fedalf_jax/cli_options.py '            changed = [k for k in identity_diff(old.identity(), want.identity()) if k in options]' \
   '            changed = [k for k in options if k not in C.BOOKKEEPING and want.to_dict()[k] != old.to_dict()[k]]' \
@@ -330,15 +330,15 @@ mutate fedalf_jax/cli.py '            if all(sorted(map(_resolved, cs)) != sorte
 # issue #28 items 10 and 11: what a researcher and a new user stumbled on in the API and the CLI (labels start
 # with "api"), tests/test_api_stumbles.py
 A=tests/test_api_stumbles.py
-mutate fedalf_jax/experiment/registry.py '        if any(n is not None for n in flat):' '        if False:' \
+mutate fedalf_jax/plugins/registry.py '        if any(n is not None for n in flat):' '        if False:' \
   "api: clients=[a, b] reported as a shape () error (item 10)" "$A -k flat_index"
-mutate fedalf_jax/experiment/config.py '        elif data.clients is not None:  # a scheme would split' '        elif False:  # a scheme would split' \
+mutate fedalf_jax/config/config.py '        elif data.clients is not None:  # a scheme would split' '        elif False:  # a scheme would split' \
   "api: pat1 over a data set's own client lists ignores them (item 10)" "$A -k partition_scheme"
 mutate docs/extending.md 'are allowed but not kept' 'are refused' "api: the docs refuse the sown intermediates that run (item 10)" \
   "$A -k sown"
 mutate fedalf_jax/api.py '**{k: opts.get(k) for k in varied}, "status": r.status,' '"status": r.status,' \
   "api: the sweep table without the varied options (item 10)" "$A -k sweep_table"
-mutate fedalf_jax/experiment/metrics.py '    return jnp.degrees(angle) if degrees else angle' '    return angle' \
+mutate fedalf_jax/runner/metrics.py '    return jnp.degrees(angle) if degrees else angle' '    return angle' \
   "api: fairness_angle(degrees=True) in radians (item 10)" "$A -k fairness_angle"
 mutate fedalf_jax/reporting/runs.py '                r.eta_option, r.eta = "server_lr", float(r.cfg["server_lr"])' '                pass' \
   "api: the report's eta is lr where a user's algorithm sweeps server_lr (item 10)" "$A -k report_names_eta"
@@ -361,22 +361,22 @@ mutate notebooks/fedalf_round.ipynb "project's active-set solver (Wolfe's" "jaxo
 # issue #29 item 7: a sweep runs each distinct configuration once and shows its stage from its start
 # (labels start with "dedupe"), tests/test_sweep_dedupe.py
 D=tests/test_sweep_dedupe.py
-mutate fedalf_jax/experiment/sweep_plan.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
+mutate fedalf_jax/sweeps/sweep_plan.py '        ident = {**c.identity(), **{k: "<ignored>" for k in ignored}}' \
   '        ident = c.identity()' "dedupe: ignored options not normalised (every combination a run)" "$D -k distinct"
 mutate fedalf_jax/algorithms/fedlf.py \
   $'        return dict(lr="client_grad=full", lr_decay="client_grad=full", local_optimizer="client_grad=full",\n                    local_steps="client_grad=full")' '        pass' \
   "dedupe: FedLF client_grad=full said to read --lr" "$D -k distinct"
-mutate fedalf_jax/experiment/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
+mutate fedalf_jax/sweeps/sweep.py '    configs, notice = distinct(configs)' '    notice = None' \
   "dedupe: the sweep runs every combination" "$D -k ignored_lr"
-mutate fedalf_jax/experiment/identity.py '    if partition != "dirichlet":' '    if False:' \
+mutate fedalf_jax/config/identity.py '    if partition != "dirichlet":' '    if False:' \
   "dedupe: pat1 runs differing only in --alpha run twice" "$D -k partition_ignores"
 mutate fedalf_jax/reporting/runs.py '    out |= set(partition_ignores(cfg.get("partition", "pat1")))' '    pass' \
   "dedupe: the report names a pat1 variant by its unread alpha" "tests/test_report.py -k variant_names"
 mutate fedalf_jax/cli.py '                   for cs in (distinct(configs)[0], configs)):' '                   for cs in (configs,)):' \
   "dedupe: --resume with the options refuses a sweep.json of distinct runs" "$D -k ignored_lr"
-mutate fedalf_jax/experiment/sweep.py "            with bar.stage(f\"planning {len(configs)} run{'s' if len(configs) != 1 else ''}\"):" \
+mutate fedalf_jax/sweeps/sweep.py "            with bar.stage(f\"planning {len(configs)} run{'s' if len(configs) != 1 else ''}\"):" \
   '            with contextlib.nullcontext():' "dedupe: the sweep says nothing while it plans" "$D -k stage"
-mutate fedalf_jax/experiment/sweep_memory.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
+mutate fedalf_jax/sweeps/sweep_memory.py '        late.bar = self.bar  # the sweep' '        late.bar = None  # the sweep' \
   "dedupe: compiling while it plans memory not shown" "$D -k stage"
 mutate fedalf_jax/api.py '               for cs in (distinct(configs)[0], configs)):' '               for cs in (configs,)):' \
   "dedupe: fj.sweep(resume=True) refuses a sweep.json of distinct runs" "$D -k fj_sweep"
@@ -393,7 +393,7 @@ mutate fedalf_jax/sim/client.py '(epochs * ((n + batch_size - 1) // batch_size))
   "contract: the local step count misses a last partial batch (item 3)" "$K -k fednova_example"
 mutate fedalf_jax/sim/round.py 'spec.num_clients, n_sel, outs.aux, server_key(state))' 'spec.num_clients, jnp.ones_like(n_sel), outs.aux, server_key(state))' \
   "contract: ServerIn.n is not the clients' sample counts (item 3)" "$K -k broadcast"
-mutate fedalf_jax/experiment/rundir.py 'metric_columns(cfg.clients, extra), keep_upto=keep_upto)' \
+mutate fedalf_jax/runner/rundir.py 'metric_columns(cfg.clients, extra), keep_upto=keep_upto)' \
   'metric_columns(cfg.clients), keep_upto=keep_upto)' "contract: the algorithm's own metrics left out of metrics.csv (item 7)" \
   "$K -k broadcast"
 mutate fedalf_jax/reporting/tables.py '    if own:  # the metrics a user' '    if False:  # the metrics a user' \
@@ -434,18 +434,18 @@ mutate fedalf_jax/sim/client.py '    return total / jnp.maximum(jnp.asarray(n, j
   '    return total / jnp.asarray(rows.size, jnp.float32)' "speed: f_i divided by the padded length, not n" "$K"
 # issue #28 item 6: an algorithm's own hyper-parameters, traced (labels start with "ownhp"), tests/test_own_hparams.py
 OH=tests/test_own_hparams.py
-mutate fedalf_jax/experiment/config.py '        d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING}' \
+mutate fedalf_jax/config/config.py '        d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING}' \
   '        d = {k: v for k, v in self.to_dict().items() if k not in BOOKKEEPING and k != "hp"}' \
   "ownhp: the own hyper-parameters left out of the run's identity" "$OH -k resume_refuses"
-mutate fedalf_jax/experiment/config.py '        hp = self.resolved_hp
+mutate fedalf_jax/config/config.py '        hp = self.resolved_hp
         if hp:' '        hp = self.hp
         if hp:' "ownhp: config.json records the values given, not the resolved ones" "$OH -k config_json"
-mutate fedalf_jax/experiment/build.py 'A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})' \
+mutate fedalf_jax/runner/build.py 'A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})' \
   'A.OwnHParams({k: f(v) for k, v in cfg.declared_hp.items()})' \
   "ownhp: the declared defaults reach the round, not the values set" "$OH -k by_hand"
-mutate fedalf_jax/experiment/sweep_plan.py '    d.pop("hp", None)  # the algorithm' '    pass  # the algorithm' \
+mutate fedalf_jax/sweeps/sweep_plan.py '    d.pop("hp", None)  # the algorithm' '    pass  # the algorithm' \
   "ownhp: a sweep over an own hyper-parameter compiles one program per value" "$OH -k one_program"
-mutate fedalf_jax/experiment/sweep_plan.py '                parts.append(f"{k[3:]}-{v:g}")' '                pass' \
+mutate fedalf_jax/sweeps/sweep_plan.py '                parts.append(f"{k[3:]}-{v:g}")' '                pass' \
   "ownhp: the run names leave out the varied own hyper-parameter" "$OH -k one_program"
 mutate fedalf_jax/api.py '            opts = flat_options(r.config.to_dict())' '            opts = r.config.to_dict()' \
   "ownhp: the sweep table's own hyper-parameter columns empty" "$OH -k one_program"
@@ -463,14 +463,14 @@ mutate examples/fedadam.py 'jnp.where(s.t == 0, jnp.square(tau).astype(x.dtype),
 PT=tests/test_personal.py
 mutate fedalf_jax/sim/train.py '            return jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), mine, theta)' '            return theta' \
   "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
-mutate fedalf_jax/experiment/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])' '            at0 = at0' \
+mutate fedalf_jax/runner/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])' '            at0 = at0' \
   "personal: round 0 evaluates the client states after the first chunk" "$PT -k ditto_example"
 mutate fedalf_jax/sim/default_client.py '    pen = client_fn(alg, "personal.penalty", p.penalty, theta, state, hp, bcast, facts)' \
   '    pen = None' "personal: v_i trained without its penalty" "$PT -k ditto_example"
 mutate fedalf_jax/sim/default_client.py '    v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)' '    v0 = client_fn(alg, "personal.start", p.start, theta, theta, hp, bcast, facts)' \
   "personal: v_i trained from θ, not its start" \
   "$PT -k ditto_example"
-mutate fedalf_jax/experiment/columns.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
+mutate fedalf_jax/runner/columns.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
   '    return [*alg.metrics, *avg]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
 mutate fedalf_jax/reporting/tables.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
   "personal: the report leaves out the personalised models" "$PT -k ditto_example"
@@ -481,9 +481,9 @@ mutate fedalf_jax/sim/client.py '        return jax.tree_util.tree_map(lambda a,
   "$PT -k local_optimizer"
 mutate fedalf_jax/sim/default_client.py '        w0 = C.check_params(alg, "local_start", start, theta)' \
   '        w0 = theta' "personal: local training from θ whatever local_start says" "$PT -k local_start"
-mutate fedalf_jax/experiment/build.py '    return _with_optimizer(alg, cfg.local_optimizer)' '    return alg' \
+mutate fedalf_jax/runner/build.py '    return _with_optimizer(alg, cfg.local_optimizer)' '    return alg' \
   "personal: --local-optimizer ignored" "$PT -k local_optimizer_option"
-mutate fedalf_jax/experiment/config.py '        if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)' \
+mutate fedalf_jax/config/config.py '        if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)' \
   '        if False:  # as before the option existed (identities, digests, config.json)' \
   "personal: local_optimizer=None recorded (old checkpoints' identity changes)" "$PT -k local_optimizer_option"
 mutate fedalf_jax/api.py '    return [(np.asarray(tr, np.int64), np.asarray(te, np.int64)) for tr, te in' \
@@ -497,7 +497,7 @@ mutate fedalf_jax/bench/timing.py 'res["compiled_s_per_round"] / res["pytorch_s_
 mutate fedalf_jax/bench/timing.py '"--batch-size", str(cfg.batch_size),' '"--batch-size", "50",' \
   "torchcmp: the PyTorch loop runs its default batch size, not the round's" "$TB -k pytorch"
 # issue #28: checkpoints written before the contract grew still resume (label "oldckpt")
-mutate fedalf_jax/experiment/config.py '        if hp:' '        if True:' \
+mutate fedalf_jax/config/config.py '        if hp:' '        if True:' \
   "oldckpt: a built-in's identity records an empty hp" "tests/test_old_checkpoints.py"
 # the report split (t-report) item 3: table.csv's personalised columns (labels start with "reportcsv"),
 # tests/test_personal.py
@@ -564,40 +564,40 @@ mutate fedalf_jax/problem/models.py "    count = jnp.sum(hit, axis=(2, 4), keepd
 
 # issue 36 items 3-5: a signal answered after the round in flight, before the first round at once (label "sig36")
 SG=tests/test_signals.py
-mutate fedalf_jax/experiment/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
+mutate fedalf_jax/runner/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
   "if not (t % cfg.eval_every == 0 or t == cfg.rounds):" "sig36: the chunk cut by a signal is not evaluated" "$SG -k mid_chunk"
-mutate fedalf_jax/experiment/loop.py "        if final or interrupted:" \
+mutate fedalf_jax/runner/loop.py "        if final or interrupted:" \
   "        if final:" "sig36: no checkpoint of the cut round" "$SG -k mid_chunk"
-mutate fedalf_jax/experiment/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
+mutate fedalf_jax/runner/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
   "if not ((t - start) % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
   "sig36: a resume from a cut round evaluates eval_every rounds after it" "$SG -k mid_chunk"
-mutate fedalf_jax/interrupt.py "            if abandon:" "            if False:" \
+mutate fedalf_jax/runtime/interrupt.py "            if abandon:" "            if False:" \
   "sig36: a signal while compiling waits for the compile" "$SG -k while_compiling"
-mutate fedalf_jax/experiment/loop.py $'                with contextlib.suppress(WriteError):  # (the error in flight is the one to report)\n                    rd.remove_run_files()' \
+mutate fedalf_jax/runner/loop.py $'                with contextlib.suppress(WriteError):  # (the error in flight is the one to report)\n                    rd.remove_run_files()' \
   $'                pass' "sig36: a run stopped before its first round leaves its files" "$SG -k while_compiling"
-mutate fedalf_jax/experiment/rundir.py "if not overwrite and not self.started():" "if False:" \
+mutate fedalf_jax/runner/rundir.py "if not overwrite and not self.started():" "if False:" \
   "sig36: a folder a kill left before the first round blocks the same command" "$SG -k never_finished"
-mutate fedalf_jax/experiment/rundir.py "return sum(1 for line in lines if line.strip()) > 1" \
+mutate fedalf_jax/runner/rundir.py "return sum(1 for line in lines if line.strip()) > 1" \
   "return sum(1 for line in lines if line.strip()) > 0" "sig36: metrics.csv's header alone counts as a started run" \
   "$SG -k never_finished"
-mutate fedalf_jax/experiment/progress.py "            self._bar.last_print_t = self._bar._time()" "            pass" \
+mutate fedalf_jax/runner/progress.py "            self._bar.last_print_t = self._bar._time()" "            pass" \
   "sig36: the first rate counts the compile" "tests/test_startup.py -k first_rate"
-mutate fedalf_jax/experiment/progress.py '            self._note = f"stopping after round {round}"' '            self._note = ""' \
+mutate fedalf_jax/runner/progress.py '            self._note = f"stopping after round {round}"' '            self._note = ""' \
   "sig36: the bar does not say it is stopping" "tests/test_startup.py -k first_rate"
 
 # issue 36 item 10: a throw-away run keeps no checkpoints (label "never36"), tests/test_throwaway.py
 TW=tests/test_throwaway.py
-mutate fedalf_jax/experiment/loop.py $'        if self.kind == "never":  # a throw-away run: not at its end, nor after a signal\n            return False' \
+mutate fedalf_jax/runner/loop.py $'        if self.kind == "never":  # a throw-away run: not at its end, nor after a signal\n            return False' \
   $'        if False:\n            return False' "never36: a throw-away run writes its final checkpoint" "$TW -k keeps_none_writes"
-mutate fedalf_jax/experiment/loop.py "and slot.checkpointed != slot.cfg.rounds and slot.cfg.keeps_checkpoints):" \
+mutate fedalf_jax/runner/loop.py "and slot.checkpointed != slot.cfg.rounds and slot.cfg.keeps_checkpoints):" \
   "and slot.checkpointed != slot.cfg.rounds):" "never36: a throw-away run never writes its summary" "$TW -k keeps_none_writes"
-mutate fedalf_jax/experiment/loop.py "if resume and (ended := _ended(cfg, rd)) is not None:" \
+mutate fedalf_jax/runner/loop.py "if resume and (ended := _ended(cfg, rd)) is not None:" \
   "if False:" "never36: a resume of an ended throw-away run runs it again" "$TW -k run_that_keeps_none"
 mutate fedalf_jax/cli.py "        elif not e.checkpoints:" "        elif False:" \
   "never36: a signal's line promises a checkpoint it has not" "$TW -k signal_to_a_run"
-mutate fedalf_jax/experiment/loop.py '            INTERRUPT.checkpoints = keeps  # what the signal' \
+mutate fedalf_jax/runner/loop.py '            INTERRUPT.checkpoints = keeps  # what the signal' \
   '            pass  # what the signal' "never36: the signal's first line promises a checkpoint" "$TW -k signal_to_a_run"
-mutate fedalf_jax/experiment/loop.py "        e.checkpoints = keeps  # the command's" "        pass  # the command's" \
+mutate fedalf_jax/runner/loop.py "        e.checkpoints = keeps  # the command's" "        pass  # the command's" \
   "never36: a sweep's signal line promises checkpoints" "$TW -k signal_to_a_sweep"
 
 # issue 36 item 1: a mechanism the record states is applied or refused (label "priv36"), tests/test_privacy_declared.py
@@ -613,14 +613,14 @@ mutate fedalf_jax/privacy/guarantee.py "    if cfg.model not in MODELS and spec.
 mutate fedalf_jax/sim/program.py "out.upload(privatise(spec, k_priv, theta, out.w, hp))" "out.upload(out.w)" \
   "priv36: upload given w, not the mechanism's output" "$PD -k perturbed"
 # issue 36 item 2: the user code's digest covers its folder and its globals (label "digest36"), tests/test_digest.py
-DG=tests/test_digest.py; CD=fedalf_jax/experiment/code_digest.py
+DG=tests/test_digest.py; CD=fedalf_jax/plugins/code_digest.py
 mutate $CD "        homes[home] = _walk(home)" "        homes[home] = ([], False)" \
   "digest36: the module's folder not walked" "$DG -k helper_module"
 mutate $CD $'    for name, b in sorted(found.values):\n        h.update(name.encode() + b"\\0" + hashlib.sha256(b).digest())' $'    for name, b in sorted(found.values):\n        pass' \
   "digest36: globals' values not hashed" "$DG -k global"
-mutate fedalf_jax/experiment/identity.py "    elif old == registry.legacy_code(kind, name):" "    elif False:" \
+mutate fedalf_jax/config/identity.py "    elif old == registry.legacy_code(kind, name):" "    elif False:" \
   "digest36: an old checkpoint's digest not compared the old way" "$DG -k old_way"
-mutate fedalf_jax/experiment/rundir.py "        say_code(cfg)" "        pass" "digest36: the coverage not said" "$DG -k helper_module"
+mutate fedalf_jax/runner/rundir.py "        say_code(cfg)" "        pass" "digest36: the coverage not said" "$DG -k helper_module"
 mutate $CD '            if e.name.startswith("."):' "            if False:" "digest36: hidden folders walked" "$DG -k package"
 mutate $CD ' or os.path.isfile(os.path.join(e.path, "pyvenv.cfg"))' "" "digest36: virtual environments walked" "$DG -k package"
 
@@ -641,7 +641,7 @@ mutate examples/moon.py "con = jnp.logaddexp(pos, neg) - pos" "con = jnp.logadde
   "client37: moon: the previous model's z taken as the positive" "$CX -k moon_matches"
 mutate fedalf_jax/sim/train.py "return jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), mine, theta)" \
   "return mine" "client37: never sampled: evaluated with its initial state, not θ" "$CX -k never_sampled"
-mutate fedalf_jax/experiment/loop.py "return None if found is None else rd.load_checkpoint(state, round=found[0])" \
+mutate fedalf_jax/runner/loop.py "return None if found is None else rd.load_checkpoint(state, round=found[0])" \
   "return None if found is None else rd.load_checkpoint(state, round=found[0])._replace(clients=state.clients)" \
   "client37: resume: the per-client collections start afresh" "$CX -k survive_a_checkpoint"
 
@@ -658,22 +658,22 @@ mutate fedalf_jax/sim/default_client.py "alg.client_kwargs(alg.local_optimizer, 
   "alg.client_kwargs(alg.local_optimizer, bcast, facts)" "contract37: local_optimizer without hp" "$CB -k local_optimizer"
 mutate fedalf_jax/sim/contract.py "        sig.bind(*args, **kw)" "        pass" \
   "contract37: a signature that does not fit goes unchecked" "$CB -k penalty_batch"
-mutate fedalf_jax/experiment/rundir.py "        if _without_seen(like, leaves, want):" "        if False:" \
+mutate fedalf_jax/runner/rundir.py "        if _without_seen(like, leaves, want):" "        if False:" \
   "contract37: a checkpoint from before the seen clients refused" "$CB -k before_the_seen"
 mutate fedalf_jax/sim/client.py "jax.random.fold_in(dkey, j), e * per_epoch + j), None" "jax.random.fold_in(dkey, j), j), None" \
   "contract37: the step index restarts every epoch" "$CB -k step_index"
 
 # issue 38: a process reuses the programs it compiled, and only for the same program (label "cache38")
 PC=tests/test_program_cache.py
-mutate fedalf_jax/experiment/programs.py "found = _PROGRAMS.get(shared) if shared is not None else None" "found = None" \
+mutate fedalf_jax/runner/programs.py "found = _PROGRAMS.get(shared) if shared is not None else None" "found = None" \
   "cache38: a second run of the same spec compiles again" "$PC"
-mutate fedalf_jax/experiment/programs.py "        k = (fields, frozen(program.spec.layer_of)," "        k = (frozen(program.spec.layer_of)," \
+mutate fedalf_jax/runner/programs.py "        k = (fields, frozen(program.spec.layer_of)," "        k = (frozen(program.spec.layer_of)," \
   "cache38: the key leaves out the round spec" "$PC"
-mutate fedalf_jax/experiment/build.py $'    if key not in _BUILTINS:\n        alg = make()' $'    if True:\n        alg = make()' \
+mutate fedalf_jax/runner/build.py $'    if key not in _BUILTINS:\n        alg = make()' $'    if True:\n        alg = make()' \
   "cache38: built-in algorithms built afresh (their specs never equal)" "$PC"
-mutate fedalf_jax/experiment/build.py "    return _REUSABLE.get(id(spec.algorithm)) is spec.algorithm and spec.model.name in MODELS" \
+mutate fedalf_jax/runner/build.py "    return _REUSABLE.get(id(spec.algorithm)) is spec.algorithm and spec.model.name in MODELS" \
   "    return True" "cache38: a user's algorithm (which may read changed globals) reuses its programs" "$PC"
-mutate fedalf_jax/experiment/programs.py "tuple(_leaf_key(x) for x in leaves), _trace_options(), jax.default_backend())" \
+mutate fedalf_jax/runner/programs.py "tuple(_leaf_key(x) for x in leaves), _trace_options(), jax.default_backend())" \
   "tuple(_leaf_key(x) for x in leaves), jax.default_backend())" "cache38: the caller's matmul precision left out of the key" "$PC"
 
 # issue 49 item 4: the suite's compilation cache is kept between sessions (label "cache49"), tests/test_startup.py
@@ -700,7 +700,7 @@ mutate experiments/fair_benchmark.sh '  ${FEDALF:-.venv/bin/fedalf} report "${co
   "trust47-opts: fair_benchmark reports every KEEP folder (a failed sweep's older grid too)" "$TO -k fair_benchmark"
 mutate experiments/fair_benchmark.sh '  rm -rf "${KEEP:?}/.incoming/$name"' '  rm -rf "${KEEP:?}/.incoming/$name" "${KEEP:?}/$name"' \
   "trust47-opts: fair_benchmark removes the kept copy before knowing the sweep ended" "$TO -k fair_benchmark"
-mutate fedalf_jax/experiment/sweep_plan.py "    return f\"{'; '.join(parts)}: recorded in the run's config, never read\"" \
+mutate fedalf_jax/sweeps/sweep_plan.py "    return f\"{'; '.join(parts)}: recorded in the run's config, never read\"" \
   "    return None" "trust47-opts: an unread option accepted without a word" "$TO -k by_hand"
 mutate fedalf_jax/cli.py "        say_unread([cfg], _explicit(args))" "        pass" \
   "trust47-opts: fedalf run says nothing of an unread option" "$TO -k run_says"
@@ -708,7 +708,7 @@ mutate fedalf_jax/cli.py "        say_unread(configs, _explicit(args))" "       
   "trust47-opts: fedalf sweep says nothing of an unread option" "$TO -k sweep_says"
 mutate fedalf_jax/api.py "        say_unread([cfg], set(options) | non_default(cfg.to_dict()), stacklevel=2)" "        pass" \
   "trust47-opts: fj.run says nothing of an unread keyword" "$TO -k api_run"
-mutate fedalf_jax/experiment/sweep_plan.py "    return {k for k, v in d.items() if k in defaults and v != defaults[k]}" \
+mutate fedalf_jax/sweeps/sweep_plan.py "    return {k for k, v in d.items() if k in defaults and v != defaults[k]}" \
   "    return {k for k in d if k in defaults}" "trust47-opts: a config.json's defaults count as given (re-running it spams)" \
   "$TO -k config_file"
 mutate fedalf_jax/cli.py "    if not (args.resume and args.out and RunDir(args.out).has_config()):" "    if True:" \
@@ -718,7 +718,7 @@ mutate fedalf_jax/cli.py "    if not (args.resume and args.out and RunDir(args.o
 TR=tests/test_trust47_report.py
 mutate fedalf_jax/reporting/runs.py "    if algo not in ALGORITHMS:" "    if False:" \
   "trust47-report: a user algorithm's runs differing in mu counted once (built-ins' unread options)" "$TR -k differing_in_mu"
-mutate fedalf_jax/experiment/loop.py 'elif not math.isfinite(row.get("personal_test_loss", 0.0)):' "elif False:" \
+mutate fedalf_jax/runner/loop.py 'elif not math.isfinite(row.get("personal_test_loss", 0.0)):' "elif False:" \
   "trust47-report: a NaN personal test loss ends the run done" "$TR -k marks_the_run_diverged"
 mutate fedalf_jax/reporting/runs.py 'elif status == "done" and (bad := _personal_diverged(run)) is not None:' "elif False:" \
   "trust47-report: the report shows a done run's NaN personal model as accuracies" "$TR -k counted_diverged"
@@ -733,15 +733,15 @@ mutate fedalf_jax/reporting/runs.py '_USER_KINDS = (("algorithm", ALGORITHMS), (
 R47=tests/test_trust47_registry.py
 mutate fedalf_jax/problem/models.py "        if _shared_init(self):" "        if True:" \
   "trust47-registry: a user's model's compiled init cached across runs (item 1)" "$R47 -k registered_models_init"
-mutate fedalf_jax/experiment/registry.py "    if name in builtin:  # a config naming it runs the built-in" "    if False:  #" \
+mutate fedalf_jax/plugins/registry.py "    if name in builtin:  # a config naming it runs the built-in" "    if False:  #" \
   "trust47-registry: a built-in name registered and then ignored (item 2)" "$R47 -k builtin_name"
-mutate fedalf_jax/experiment/config.py "        _user_algorithm.cache_clear()" "        pass" \
+mutate fedalf_jax/config/config.py "        _user_algorithm.cache_clear()" "        pass" \
   "trust47-registry: a user's algorithm's declaration cached per process (item 8)" "$R47 -k changed_"
-mutate fedalf_jax/experiment/build.py "        if k not in cfg.hp and float(v) != cfg.resolved_hp[k]:" "        if False:" \
+mutate fedalf_jax/runner/build.py "        if k not in cfg.hp and float(v) != cfg.resolved_hp[k]:" "        if False:" \
   "trust47-registry: a round built from another default than the config's (item 8)" "$R47 -k another_default"
-mutate fedalf_jax/experiment/registry.py "a.flags.writeable = False  # our own copies" "a.flags.writeable = True  # our own copies" \
+mutate fedalf_jax/plugins/registry.py "a.flags.writeable = False  # our own copies" "a.flags.writeable = True  # our own copies" \
   "trust47-registry: register_dataset's arrays writeable (item 9)" "$R47 -k read_only_copies"
-mutate fedalf_jax/experiment/registry.py '        if kind == "dataset":' '        if kind == "dataset" and not isinstance(obj, ArrayData):' \
+mutate fedalf_jax/plugins/registry.py '        if kind == "dataset":' '        if kind == "dataset" and not isinstance(obj, ArrayData):' \
   "trust47-registry: a module:attribute ArrayData kept as given (item 9)" "$R47 -k module_attribute_arraydata"
 
 # issue 48 item 1 (the client program) and item 8 (FedLC, pFedMe, FedProto) (labels start with "client48")
@@ -770,7 +770,7 @@ mutate examples/pfedme.py 'w, v = carry["w"], carry["personal"]' 'w, v = carry["
   "client48: pFedMe's θ̃ restarts from w every step" "$CP -k pfedme"
 mutate examples/fedproto.py "return sums + onehot.T @ h" "return sums + onehot.T @ (h * 0 + 1)" \
   "client48: FedProto's prototypes not from the data pass's features" "$CP -k fedproto"
-mutate fedalf_jax/experiment/code_digest.py "        if obj.client is not None:  # a client program" "        if False:  # a client program" \
+mutate fedalf_jax/plugins/code_digest.py "        if obj.client is not None:  # a client program" "        if False:  # a client program" \
   "client48: a directly registered Algorithm's program left out of the code digest (a changed step resumes)" "$CP -k digest"
 # end client48
 
@@ -779,14 +779,14 @@ mutate fedalf_jax/experiment/code_digest.py "        if obj.client is not None: 
 T47C=tests/test_trust47_checkpoints.py
 mutate fedalf_jax/api.py "        _check_checkpoint_round(self, int(state.round))" "        pass" \
   "trust47-ckpt: .model of a checkpoint older than the run's last round" "$T47C -k older_than_the_last_round"
-mutate fedalf_jax/experiment/loop.py "if found is not None and start < cfg.rounds and not cfg.keeps_checkpoints:" \
+mutate fedalf_jax/runner/loop.py "if found is not None and start < cfg.rounds and not cfg.keeps_checkpoints:" \
   "if False:" "trust47-ckpt: a resume with never leaves the older checkpoint behind" "$T47C -k never_on_the_resume"
-mutate fedalf_jax/experiment/loop.py "if resume and (ended := _ended(cfg, rd)) is not None:  # its checkpoint" \
+mutate fedalf_jax/runner/loop.py "if resume and (ended := _ended(cfg, rd)) is not None:  # its checkpoint" \
   "if resume and found is None and (ended := _ended(cfg, rd)) is not None:  # its checkpoint" \
   "trust47-ckpt: a plain --resume re-opens an ended run whose checkpoint is older" "$T47C -k plain_resume"
-mutate fedalf_jax/experiment/progress.py 'if d.get("rate") is None and a is not None' 'if False and a is not None' \
+mutate fedalf_jax/runner/progress.py 'if d.get("rate") is None and a is not None' 'if False and a is not None' \
   "trust47-ckpt: the last line's rate divides the command's time" "$T47C -k last_line_rate"
-mutate fedalf_jax/experiment/loop.py '"writing the checkpoint" if ckpt.busy() else None)' 'None)' \
+mutate fedalf_jax/runner/loop.py '"writing the checkpoint" if ckpt.busy() else None)' 'None)' \
   "trust47-ckpt: the final checkpoint write has no stage" "$T47C -k final_checkpoint_write"
 
 # issue 47 items 10, 11 and issue 49 item 5 (labels start with "trust47-guar")
@@ -796,7 +796,7 @@ mutate fedalf_jax/privacy/guarantee.py "        if beside:  # an un-noised per-c
 mutate fedalf_jax/reporting/runs.py '            return recorded_guarantee(rec)  #' \
   '            return {"guarantee": rec["guarantee"], "why": str(rec.get("why", ""))}  #' \
   "trust47-guar: the report reads a recorded holds beside an un-noised aux as holds (47.10)" "$TG -k summary_and_report"
-mutate fedalf_jax/experiment/loop.py "                if manager is not None and getattr(jax.config, name) != value:" "                if False:" \
+mutate fedalf_jax/runner/loop.py "                if manager is not None and getattr(jax.config, name) != value:" "                if False:" \
   "trust47-guar: the caller's matmul precision context not carried to the worker thread (47.11)" "$TG -k precision"
 mutate fedalf_jax/privacy/guarantee.py $'from typing import Protocol\n' \
   $'from typing import TYPE_CHECKING, Protocol\nif TYPE_CHECKING:\n    from .config import Config\n' \
@@ -806,9 +806,9 @@ mutate fedalf_jax/privacy/guarantee.py $'from typing import Protocol\n' \
 # issue 49 item 1: the fedalf command runs with an allocator that keeps what XLA frees (label "malloc49")
 mutate fedalf_jax/__init__.py "    _restart_with_settings()  # an allocator" "    pass  # an allocator" \
   "malloc49: the command keeps glibc's default malloc (a fresh mmap per round's temporaries)" "tests/test_allocator.py"
-mutate fedalf_jax/allocator.py 'JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"' 'JEMALLOC_CONF = ""' \
+mutate fedalf_jax/runtime/allocator.py 'JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"' 'JEMALLOC_CONF = ""' \
   "malloc49: jemalloc returns its pages (its default decay: 130k faults a round)" "tests/test_allocator.py -k keep_its_pages"
-mutate fedalf_jax/allocator.py '    if "malloc" in preload or env.get("MALLOC_CONF"):' '    if False:' \
+mutate fedalf_jax/runtime/allocator.py '    if "malloc" in preload or env.get("MALLOC_CONF"):' '    if False:' \
   "malloc49: the caller's own allocator replaced" "tests/test_allocator.py -k callers"
 
 # issue 49 item 7: the report states the Dirichlet alpha and the number of clients (label "setting49")
@@ -851,20 +851,20 @@ mutate fedalf_jax/cli_options.py "        p = group_of.get(f.name, group_of[None
 
 # issue 47 item 14: the code digest follows what the code reaches, per file (label "trust47-digest")
 TD=tests/test_trust47_digest.py
-mutate fedalf_jax/experiment/code_reach.py "                self.value(name, g[name], free)" "                pass" \
+mutate fedalf_jax/plugins/code_reach.py "                self.value(name, g[name], free)" "                pass" \
   "trust47-digest: the globals a lambda's code names are not followed (its factory's module undigested)" "$TD -k follows_the_code"
-mutate fedalf_jax/experiment/code_reach.py "                self.value(name, cell.cell_contents, free)" "                pass" \
+mutate fedalf_jax/plugins/code_reach.py "                self.value(name, cell.cell_contents, free)" "                pass" \
   "trust47-digest: closure cells are not followed" "$TD -k follows_the_code"
-mutate fedalf_jax/experiment/registry.py "    return take(obj, module, built)" "    return take(obj, module, None)" \
+mutate fedalf_jax/plugins/registry.py "    return take(obj, module, built)" "    return take(obj, module, None)" \
   "trust47-digest: the functions of the Algorithm a factory builds are not followed" "$TD -k follows_the_code"
-mutate fedalf_jax/experiment/code_reach.py '            if not (str(key).startswith("__") and str(key).endswith("__")):' \
+mutate fedalf_jax/plugins/code_reach.py '            if not (str(key).startswith("__") and str(key).endswith("__")):' \
   "            if False:" "trust47-digest: what a reached module imports is not followed" "$TD -k follows_the_code"
-mutate fedalf_jax/experiment/code_digest.py '    return _hashed(b"code digest 3\0", r), statement(r)' \
+mutate fedalf_jax/plugins/code_digest.py '    return _hashed(b"code digest 3\0", r), statement(r)' \
   '    return _hashed(b"code digest 3\0" + previous(d).encode(), r), statement(r)' \
   "trust47-digest: any .py file of the code's folders blocks --resume again" "$TD -k resume_refuses"
-mutate fedalf_jax/experiment/identity.py '        said = f"changed: {_listed(what, 6)}; " if what else ""' '        said = ""' \
+mutate fedalf_jax/config/identity.py '        said = f"changed: {_listed(what, 6)}; " if what else ""' '        said = ""' \
   "trust47-digest: the refusal does not name the changed file" "$TD -k resume_refuses"
-mutate fedalf_jax/experiment/identity.py "    elif old == registry.previous_code(kind, name):" "    elif False:" \
+mutate fedalf_jax/config/identity.py "    elif old == registry.previous_code(kind, name):" "    elif False:" \
   "trust47-digest: an issue-36 checkpoint is not compared the way its digest was made" "$TD -k issue36"
 
 # issue 48 item 6: the report and a sweep's best= rank a personalised method by what it deploys (label "deploy48")
@@ -881,37 +881,37 @@ mutate fedalf_jax/reporting/tables.py "        if c.eta is not None and c.person
   "deploy48: the worst-10% cell shows the global model" "$TDP -k headline"
 mutate fedalf_jax/reporting/tables.py 'body(lambda c: _headline(c, rows[id(c)], "lastK")' 'body(lambda c: format_cell(rows[id(c)], "lastK")' \
   "deploy48: the last-evaluations cell shows the global model" "$TDP -k headline"
-mutate fedalf_jax/experiment/sweep.py '    key = "personal_acc" if "personal_acc" in final else "mean_acc"' '    key = "mean_acc"' \
+mutate fedalf_jax/sweeps/sweep.py '    key = "personal_acc" if "personal_acc" in final else "mean_acc"' '    key = "mean_acc"' \
   "deploy48: best= by the global mean_acc whatever the algorithm" "$TDP::test_the_sweeps_best_says_what_it_is_by $TDP::test_deployed_score_names_its_metric"
-mutate fedalf_jax/experiment/sweep.py "                _record_best(state, row)" \
+mutate fedalf_jax/sweeps/sweep.py "                _record_best(state, row)" \
   '                state["best"], state["best_by"] = max(state["best"], row["mean_acc"]), "mean_acc"' \
   "deploy48: the progress line's best= by the global mean_acc" "$TDP -k sweeps_best"
 mutate fedalf_jax/cli.py '    done = [(r, *S.deployed_score(r["final"])) for r in res' '    done = [(r, "mean_acc", r["final"]["mean_acc"]) for r in res' \
   "deploy48: the closing best: line by the global mean_acc" "$TDP -k sweeps_best"
-mutate fedalf_jax/experiment/sweep.py '    if key == "personal_acc" and not (isinstance(loss,' '    if False and not (isinstance(loss,' \
+mutate fedalf_jax/sweeps/sweep.py '    if key == "personal_acc" and not (isinstance(loss,' '    if False and not (isinstance(loss,' \
   "deploy48: a diverged personal model's accuracy counts as a best= score" "$TDP -k deployed_score"
 # end deploy48
 
 # issue 49 item 3: --eval-every never, no evaluation at all (labels start with "eval49"), tests/test_eval_never.py
 EN=tests/test_eval_never.py
-mutate fedalf_jax/experiment/config.py '        return self.eval_every != "never"' '        return True' \
+mutate fedalf_jax/config/config.py '        return self.eval_every != "never"' '        return True' \
   "eval49: a never run evaluates anyway (Config.evaluates always true)" "$EN -k bits"
-mutate fedalf_jax/experiment/programs.py $'        if not evaluates:\n            return [self.compiled_round(state, hp, data)]\n' '' \
+mutate fedalf_jax/runner/programs.py $'        if not evaluates:\n            return [self.compiled_round(state, hp, data)]\n' '' \
   "eval49: the evaluation programs are compiled for a run that never evaluates" "$EN -k bits"
-mutate fedalf_jax/experiment/loop.py $'                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):\n                        if INTERRUPT.requested:' \
+mutate fedalf_jax/runner/loop.py $'                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):\n                        if INTERRUPT.requested:' \
   $'                    if t == cfg.rounds or INTERRUPT.requested:\n                        if INTERRUPT.requested:' \
   "eval49: a never run checkpoints only at its end, not on --checkpoint-every's cadence" "$EN -k cadence"
-mutate fedalf_jax/experiment/loop.py $'                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):\n                        if INTERRUPT.requested:' \
+mutate fedalf_jax/runner/loop.py $'                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):\n                        if INTERRUPT.requested:' \
   $'                    if schedule.due(t, t == cfg.rounds):\n                        if INTERRUPT.requested:' \
   "eval49: a signal to a never run leaves no checkpoint of the round in flight" "$EN -k signal"
-mutate fedalf_jax/experiment/loop.py '    if evaluated and (not slot.rows or (slot.status' '    if (not slot.rows or (slot.status' \
+mutate fedalf_jax/runner/loop.py '    if evaluated and (not slot.rows or (slot.status' '    if (not slot.rows or (slot.status' \
   "eval49: a finished never run writes no summary (no rows)" "$EN -k bits"
-mutate fedalf_jax/experiment/loop.py '"round": last["round"], "evaluated": evaluated,' '"round": last["round"],' \
+mutate fedalf_jax/runner/loop.py '"round": last["round"], "evaluated": evaluated,' '"round": last["round"],' \
   "eval49: the summary does not say that nothing was evaluated" "$EN -k bits"
-mutate fedalf_jax/experiment/loop.py '    if cfg.evaluates and (not rows or rows[-1]["round"] != cfg.rounds):' \
+mutate fedalf_jax/runner/loop.py '    if cfg.evaluates and (not rows or rows[-1]["round"] != cfg.rounds):' \
   '    if (not rows or rows[-1]["round"] != cfg.rounds):' \
   "eval49: a never run's lost summary is not rebuilt (no rows)" "$EN -k cadence"
-mutate fedalf_jax/experiment/loop.py '                    if writer and (ended.rows or ended.reached):' '                    if writer and ended.rows:' \
+mutate fedalf_jax/runner/loop.py '                    if writer and (ended.rows or ended.reached):' '                    if writer and ended.rows:' \
   "eval49: a --resume of an ended never run does not say it ended" "$EN -k cadence"
 mutate fedalf_jax/cli.py '    if not cfg.evaluates:  # --eval-every never: nothing evaluated to print' '    if False:' \
   "eval49: fedalf run --eval-every never ends refusing its empty metrics.csv" "$EN -k cadence"
@@ -919,7 +919,7 @@ mutate fedalf_jax/cli.py '    if not cfg.evaluates and args.sweep_width:' '    i
   "eval49: fedalf bench --sweep-width --eval-every never is not refused in one line" "$EN -k mistakes"
 mutate fedalf_jax/cli.py '                if not cfg.evaluates and any(w > 0 for w in depth):' '                if False:' \
   "eval49: fedalf bench --depth-width --eval-every never is not refused in one line" "$EN -k mistakes"
-mutate fedalf_jax/experiment/sweep.py ' and s.get("final"):  # final null: eval_every=never' ':' \
+mutate fedalf_jax/sweeps/sweep.py ' and s.get("final"):  # final null: eval_every=never' ':' \
   "eval49: a sweep's resume reads a never run's null final" "$EN -k sweep"
 mutate fedalf_jax/reporting/runs.py '    if status == "done" and (rd.summary() or {}).get("evaluated") is False:' '    if False:' \
   "eval49: the report skips a never run as an empty one, not saying why" "$EN -k report"
@@ -940,13 +940,13 @@ mutate fedalf_jax/sim/program.py 'local_steps(n, spec.epochs, spec.batch_size, s
   "steps48: a client program's ctx.facts.steps counts epochs' steps" "$LS -k facts"
 mutate fedalf_jax/sim/program.py '                      steps=spec.local_steps)' '                      steps=None)' \
   "steps48: a client program's step runs epochs whatever --local-steps" "$LS -k facts"
-mutate fedalf_jax/experiment/build.py 'local_steps=cfg.local_steps,' 'local_steps=None,' \
+mutate fedalf_jax/runner/build.py 'local_steps=cfg.local_steps,' 'local_steps=None,' \
   "steps48: the run's spec ignores --local-steps" "$LS -k facts"
-mutate fedalf_jax/experiment/config.py '            if self.local_epochs != 1:' '            if False:' \
+mutate fedalf_jax/config/config.py '            if self.local_epochs != 1:' '            if False:' \
   "steps48: local_steps with local_epochs 2 is not refused" "$LS -k exclusive"
 mutate fedalf_jax/cli_options.py '    if "local_steps" in out and "local_epochs" in out:' '    if False:' \
   "steps48: --local-steps with an explicit --local-epochs is not refused" "$LS -k exclusive"
-mutate fedalf_jax/experiment/config.py '            if d[name] is off:' '            if True:' \
+mutate fedalf_jax/config/config.py '            if d[name] is off:' '            if True:' \
   "steps48: --local-steps is not recorded in config.json nor the identity" "$LS -k recorded"
 mutate fedalf_jax/sim/round.py '    if spec.eval_average:  # θ̄_t' '    if False:  # θ̄_t' \
   "steps48: the average is never updated (θ_0 evaluated)" "$LS -k averaged"
@@ -961,19 +961,19 @@ mutate fedalf_jax/algorithms/fedlf.py $'local_optimizer="client_grad=full",\n   
 
 # issue 48 item 5 (labels start with "args48"): --alg-arg / Config.alg_args, a factory's arguments; examples/fedgkd.py
 AA=tests/test_alg_args.py
-mutate fedalf_jax/experiment/registry.py 'factory(layer_of=layer_of, **args) if _accepts(factory, "layer_of") else factory(**args)' \
+mutate fedalf_jax/plugins/registry.py 'factory(layer_of=layer_of, **args) if _accepts(factory, "layer_of") else factory(**args)' \
   'factory(layer_of=layer_of) if _accepts(factory, "layer_of") else factory()' \
   "args48: the factory is called without its arguments (K its default)" "$AA -k by_hand"
-mutate fedalf_jax/experiment/config.py '        _check_alg_args(self)' '        pass' \
+mutate fedalf_jax/config/config.py '        _check_alg_args(self)' '        pass' \
   "args48: Config accepts a built-in's or an unknown argument" "$AA -k does_not_take"
-mutate fedalf_jax/experiment/config.py '    alg = _user_algorithm(name, registry.version(), registry.arg_items(args))' \
+mutate fedalf_jax/config/config.py '    alg = _user_algorithm(name, registry.version(), registry.arg_items(args))' \
   '    alg = _user_algorithm(name, registry.version())' \
   "args48: the declarations cache is keyed by the name alone" "$AA -k declarations"
-mutate fedalf_jax/experiment/config.py '        if not self.alg_args:  # likewise' '        if True:  # likewise' \
+mutate fedalf_jax/config/config.py '        if not self.alg_args:  # likewise' '        if True:  # likewise' \
   "args48: alg_args left out of config.json and the identity" "$AA -k resume"
-mutate fedalf_jax/experiment/registry.py '    if missing:' '    if False:' \
+mutate fedalf_jax/plugins/registry.py '    if missing:' '    if False:' \
   "args48: a missing required argument is a raw TypeError" "$AA -k needing"
-mutate fedalf_jax/experiment/sweep_plan.py 'combo["alg_args"] = {} if _builtin_beside_user(alg, algorithms) else' \
+mutate fedalf_jax/sweeps/sweep_plan.py 'combo["alg_args"] = {} if _builtin_beside_user(alg, algorithms) else' \
   'combo["alg_args"] = {} if True else' "args48: the sweep drops the arg.K axis" "$AA -k sweep"
 mutate fedalf_jax/cli.py '    given.update({f"arg.{k}": v for k, v in given.pop("alg_args", {}).items()})' '    pass' \
   "args48: fedalf sweep --alg-arg K=1,2 is not a grid axis" "$AA -k sweep"
@@ -987,9 +987,9 @@ mutate examples/fedgkd.py '    n = jnp.minimum(count, k).astype(jnp.float32)' ' 
   "args48: fedgkd's teacher divides by K before K models exist" "$AA -k by_hand"
 mutate fedalf_jax/api.py 'k.startswith(("hp.", "arg.")))' 'k.startswith("hp."))' \
   "args48: fj.sweep refuses grid={'arg.K': ...}" "$AA -k fj_sweep"
-mutate fedalf_jax/experiment/sweep_plan.py '        if args or base.get("alg_args"):' '        if args:' \
+mutate fedalf_jax/sweeps/sweep_plan.py '        if args or base.get("alg_args"):' '        if args:' \
   "args48: a built-in beside a user's algorithm gets its alg_args (refused)" "$AA -k fj_sweep"
-mutate fedalf_jax/experiment/explore.py '            **{f"arg.{k}": v for k, v in args.items()}, "seed"' '            "seed"' \
+mutate fedalf_jax/runner/explore.py '            **{f"arg.{k}": v for k, v in args.items()}, "seed"' '            "seed"' \
   "args48: the notebook's run table has no arg.K column" "$AA -k sweep_over"
 # end args48
 
@@ -1048,7 +1048,7 @@ mutate fedalf_jax/privacy/guarantee.py "        if not user.private_upload and u
   "priv48: a Reveal's record needs a private_upload declaration (does not hold)" "$CPP -k record"
 mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is not None and user.public_aux:" \
   "    if False:" "priv48: a program's public aux headlined without naming its declaration" "$CPP -k record"
-mutate fedalf_jax/experiment/build.py $'    check_program_run(spec)\n    check_features(cfg, spec)' "    check_features(cfg, spec)" \
+mutate fedalf_jax/runner/build.py $'    check_program_run(spec)\n    check_features(cfg, spec)' "    check_features(cfg, spec)" \
   "priv48: a program on a batch-statistics model refused only once the round is traced" "tests/test_client_program.py -k batch_statistics"
 mutate examples/scaffold1.py "    c_new = full_gradient(ctx, ctx.theta)" "    c_new = full_gradient(ctx, w)" \
   "priv48: SCAFFOLD option I's c_i⁺ at the trained w, not θ" "$CPP -k scaffold1_matches"
@@ -1103,18 +1103,18 @@ mutate fedalf_jax/api.py "    cfg = _config(cfg, options)
     configure_for_api()  # the CLI's persistent compilation cache, unless this process chose its own
     base = " "    cfg = _config(cfg, options)
     base = " "apicache49: fj.sweep leaves the compilation cache off" "$AC"
-mutate fedalf_jax/experiment/cache.py "if env.get(ENV, \"\").strip() or not jax_dir:" "if not jax_dir:" \
+mutate fedalf_jax/runner/cache.py "if env.get(ENV, \"\").strip() or not jax_dir:" "if not jax_dir:" \
   "apicache49: a folder JAX was given wins over FEDALF_COMPILE_CACHE" "$AC"
-mutate fedalf_jax/experiment/cache.py "    _API_CONFIGURED = True
+mutate fedalf_jax/runner/cache.py "    _API_CONFIGURED = True
     change" "    change" "apicache49: the API configures the cache on every call" "$AC"
 
 # issue 49 item 1: the pool is 64-byte aligned and read-only, and the CPU's device data is its memory (no copy of
 # the data set at every start: ~54,000 page faults for FMNIST) (label "pool49"), tests/test_data.py
 PD="tests/test_data.py -k read_only"
-mutate fedalf_jax/experiment/build.py "jax.device_put(np.asarray(a)) for a in" "jnp.asarray(a) for a in" \
+mutate fedalf_jax/runner/build.py "jax.device_put(np.asarray(a)) for a in" "jnp.asarray(a) for a in" \
   "pool49: the device data copied from the pool" "$PD"
 mutate fedalf_jax/problem/data.py "    start = -buf.ctypes.data % ALIGN" "    start = 0" "pool49: the pool not aligned" "$PD"
-mutate fedalf_jax/experiment/build.py "    out.flags.writeable = False
+mutate fedalf_jax/runner/build.py "    out.flags.writeable = False
 " "" "pool49: the pool writable" "$PD"
 # issue 49 item 1 (follow-up): sweep --processes passes a signal on in both of the parent's phases, to children
 # in a session of their own (label "sig49"), tests/test_sweep_processes.py
@@ -1139,17 +1139,17 @@ mutate fedalf_jax/cli.py "    finally:
 mutate fedalf_jax/cli.py "        n = size + (i < extra)" "        n = size" "pin49: the cores left over go to no process" "$PN -k cpu_groups"
 # issue 49 (found measuring item 1): --shard slices started together plan at once; the first plan is every slice's,
 # through a temporary file of its own (label "plan49"), tests/test_sweep.py
-mutate fedalf_jax/experiment/sweep_plan.py "        if not same:
+mutate fedalf_jax/sweeps/sweep_plan.py "        if not same:
             write_sweep(root, runs, meta)" "        if True:
             write_sweep(root, runs, meta)" "plan49: a later slice's plan replaces the first" "tests/test_sweep.py -k plan_at_once"
-mutate fedalf_jax/experiment/sweepdir.py "            os.link(tmp, path)" "            os.replace(tmp, path)" \
+mutate fedalf_jax/sweeps/sweepdir.py "            os.link(tmp, path)" "            os.replace(tmp, path)" \
   "plan49: sweep.json replaced, not linked only where absent" "tests/test_sweep.py -k plan_at_once"
-mutate fedalf_jax/experiment/sweepdir.py '    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"' '    tmp = root / f"{SWEEP}.tmp"' \
+mutate fedalf_jax/sweeps/sweepdir.py '    tmp = root / f"{SWEEP}.{os.getpid()}.tmp"' '    tmp = root / f"{SWEEP}.tmp"' \
   "plan49: sweep.json written through the one shared temporary name" "tests/test_sweep.py -k temporary_file_alone"
 # issue 49 item 1 (single run's system time): the built-in loaders' images are the pool, not copied into it
 # (label "poolcopy49"), tests/test_data.py
 PC="tests/test_data.py -k not_a_copy"
-mutate fedalf_jax/experiment/build.py "    out = joined(train, test) if train.dtype == dtype else None" "    out = None" \
+mutate fedalf_jax/runner/build.py "    out = joined(train, test) if train.dtype == dtype else None" "    out = None" \
   "poolcopy49: the pool copied from the loaded images" "$PC"
 mutate fedalf_jax/problem/data.py "    block = aligned_empty((len(train) + len(test), *shape), np.float32)
     x_train, x_test = block[:len(train)], block[len(train):]" "    x_train, x_test = (np.empty((len(a), *shape), np.float32) for a in (train, test))" \
@@ -1196,9 +1196,9 @@ mutate fedalf_jax/problem/data_cache.py "    if _is_link(folder):" "    if False
   "trust55: a symlinked entry served" "$T55 -k symlinked"
 # items 3 and 8 (a run's end): tests/test_trust55_runs.py
 T55R=tests/test_trust55_runs.py
-mutate fedalf_jax/experiment/loop.py "                        _check_finite(slot)  # no row to say it diverged: the final model itself" \
+mutate fedalf_jax/runner/loop.py "                        _check_finite(slot)  # no row to say it diverged: the final model itself" \
   "                        pass" "trust55: a NaN model never evaluated ends done" "$T55R -k never_evaluated"
-mutate fedalf_jax/experiment/loop.py "                        slot.average = to_host(_take(state.average, i) if batched else state.average)" \
+mutate fedalf_jax/runner/loop.py "                        slot.average = to_host(_take(state.average, i) if batched else state.average)" \
   "                        pass" "trust55: a run's averaged iterate not kept" "$T55R -k averaged_iterate"
 mutate fedalf_jax/api.py "            self._average = dict(self._checkpoint.average)" \
   "            self._average = dict(self._checkpoint.variables)" "trust55: the loaded averaged iterate is the last model" \
@@ -1222,32 +1222,32 @@ mutate fedalf_jax/sim/program.py "(acc, ClientBatch(self._x[r], self._y[r], m, s
   "trust55: a data pass's failure on None features is not told its likely cause" "$U -k data_pass"
 mutate fedalf_jax/sim/contract.py "            at = f\" at {at}\" if at else \"\"" "            at = \"\"" \
   "trust55: local_loss's failure does not name the user's file and line" "$U -k local_loss_failure"
-mutate fedalf_jax/experiment/build.py "    check_features(cfg, spec)
+mutate fedalf_jax/runner/build.py "    check_features(cfg, spec)
 " "" "trust55: an algorithm needing features runs (and fails late) on a logits-only model" "$U -k needing_features"
-mutate fedalf_jax/experiment/build.py "    return feats is not None" "    return True" \
+mutate fedalf_jax/runner/build.py "    return feats is not None" "    return True" \
   "trust55: a logits-only model is taken for one returning features" "$U -k features"
 mutate examples/fedproto.py "        needs_features=True)" "        needs_features=False)" \
   "trust55: examples/fedproto.py does not declare needs_features" "$U -k needing_features"
 # items 6, 7, 9-12 (options nothing reads, the sweep grid, config.json, notices, jemalloc): tests/test_trust55_options.py
 # issue 55 items 6, 7, 9, 10, 11, 12 (labels start with "trust55:"), tests/test_trust55_options.py
 T55O=tests/test_trust55_options.py
-mutate fedalf_jax/experiment/identity.py '        if cfg.dp != "central" and not _reads_server_lr(cfg):' '        if False:' \
+mutate fedalf_jax/config/identity.py '        if cfg.dp != "central" and not _reads_server_lr(cfg):' '        if False:' \
   "trust55: a user's server declaring reads_server_lr=False: --server-lr not said to have no effect" "$T55O -k server_lr"
-mutate fedalf_jax/experiment/identity.py '    return alg is None or bool(getattr(alg, "reads_server_lr", True))' '    return True' \
+mutate fedalf_jax/config/identity.py '    return alg is None or bool(getattr(alg, "reads_server_lr", True))' '    return True' \
   "trust55: Algorithm.reads_server_lr not read" "$T55O -k server_lr"
-mutate fedalf_jax/experiment/identity.py '        out.update(eval_average="eval_every=never", train_loss_every="eval_every=never")' '        pass' \
+mutate fedalf_jax/config/identity.py '        out.update(eval_average="eval_every=never", train_loss_every="eval_every=never")' '        pass' \
   "trust55: --eval-average/--train-loss-every with --eval-every never not said" "$T55O -k eval_options"
 mutate fedalf_jax/api.py 'set(grid) - fields if not' 'set(grid) - set(base) if not' \
   "trust55: fj.sweep's grid checked against to_dict's keys (local_steps, eval_average refused)" "$T55O -k grid"
-mutate fedalf_jax/experiment/config.py '            kw.pop(k, None)' '            pass' \
+mutate fedalf_jax/config/config.py '            kw.pop(k, None)' '            pass' \
   "trust55: fj.Config(**config.json) refuses its privacy record" "$T55O -k config_json"
-mutate fedalf_jax/experiment/config.py 'a run'"'"'s saved config reads back with fj.Config.from_dict(d) or ' 'a run'"'"'s saved config: ' \
+mutate fedalf_jax/config/config.py 'a run'"'"'s saved config reads back with fj.Config.from_dict(d) or ' 'a run'"'"'s saved config: ' \
   "trust55: Config's unknown-keyword message names no reader of a saved config" "$T55O -k config_json"
-mutate fedalf_jax/notices.py 'warnings.formatwarning = _one_line' 'pass' \
+mutate fedalf_jax/runtime/notices.py 'warnings.formatwarning = _one_line' 'pass' \
   "trust55: a notice printed with Python's source line after it" "$T55O -k notice_is_one_line"
-mutate fedalf_jax/allocator.py '        if _shared_library(given):' '        if os.path.isfile(given):' \
+mutate fedalf_jax/runtime/allocator.py '        if _shared_library(given):' '        if os.path.isfile(given):' \
   "trust55: FEDALF_JEMALLOC naming a text file preloaded, jemalloc recorded as applied" "$T55O -k jemalloc"
-mutate fedalf_jax/allocator.py '        if given not in _SAID:' '        if True:' \
+mutate fedalf_jax/runtime/allocator.py '        if given not in _SAID:' '        if True:' \
   "trust55: a FEDALF_JEMALLOC that is no library said at every look, not once" "$T55O -k not_preloaded"
 mutate experiments/afl_setting.py 'lr_decay=1.0, eval_average=True, checkpoint_every="never")' \
   'lr_decay=1.0, server_lr=1.0, eval_average=True, checkpoint_every="never")' \
@@ -1271,14 +1271,14 @@ mutate fedalf_jax/cli_declared.py '        if name in declared and flag not in k
 RO=tests/test_resolved_once.py
 mutate fedalf_jax/privacy/guarantee.py '        user = (plugin if plugin is not None else resolve_plugin(algorithm)).algorithm' \
   '        user = resolve_plugin(algorithm).algorithm' "resolved56: the privacy check builds the algorithm again, without its arguments" "$RO"
-mutate fedalf_jax/experiment/options.py '    return found if isinstance(found, Plugin) else resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' \
+mutate fedalf_jax/config/options.py '    return found if isinstance(found, Plugin) else resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' \
   '    return resolve_plugin(cfg.algorithm, getattr(cfg, "alg_args", None))' "resolved56: every reader builds the algorithm again" "$RO"
 # item 4 (a --processes parent killed by SIGKILL, its children, the status words): tests/test_trust55_processes.py
 PP=tests/test_trust55_processes.py
 mutate fedalf_jax/__init__.py "    _watch_parent()  # a" "    pass  # a" "trust55: a child goes on computing when its parent is killed" "$PP -k sigkill_leaves"
-mutate fedalf_jax/interrupt.py "        if _set_pdeathsig(signal.SIGTERM):" "        if False:" \
+mutate fedalf_jax/runtime/interrupt.py "        if _set_pdeathsig(signal.SIGTERM):" "        if False:" \
   "trust55: the parent's end watched by polling only (a parent gone at start is missed)" "$PP -k already_gone"
-mutate fedalf_jax/experiment/rundir.py "    slices = [h for h in alive if h[3] is not None]" "    slices = []" \
+mutate fedalf_jax/runner/rundir.py "    slices = [h for h in alive if h[3] is not None]" "    slices = []" \
   "trust55: a resume refused by a running slice names the dead parent" "$PP -k names_the_slice"
 mutate fedalf_jax/cli.py "    if code < 0:
         try:" "    if False:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from ..experiment.config import Config
+from ..config.config import Config
 from .table import duration
 
 
@@ -28,8 +28,8 @@ def server_depth(cfg: Config, *, widths=(1, 8), rounds: int = 12, progress=None,
     if not cfg.declares.fair_server:  # an algorithm whose server solves no per-layer QP
         return {}
     from ..sim.qp import resolve_method
-    from ..experiment.loop import Program, default_run_map, to_host
-    from ..experiment.sweep import _Group
+    from ..runner.loop import Program, default_run_map, to_host
+    from ..sweeps.sweep import _Group
     run_map = default_run_map() if cfg.run_map == "auto" else cfg.run_map
     res = {"rounds": rounds, "run_map": run_map, "widths": {}}
     for width in widths:

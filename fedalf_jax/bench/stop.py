@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from ..interrupt import INTERRUPT, SIGNALS, signal_name
+from ..runtime.interrupt import INTERRUPT, SIGNALS, signal_name
 
 _CHILDREN: set = set()  # the PyTorch subprocesses running, killed when Ctrl-C abandons a measurement
 

@@ -8,8 +8,8 @@ import time
 
 import jax
 
-from ..experiment.config import Config
-from ..interrupt import signal_name
+from ..config.config import Config
+from ..runtime.interrupt import signal_name
 from .stop import BenchStopped, stoppable
 from .table import duration
 from .timing import bench, bench_sweep, predict_width_s
@@ -39,7 +39,7 @@ def suite_plan(name: str, overrides: dict | None = None, *, parts=SUITE_PARTS, w
     """The measurements of suite ``name``: ``{"name", "kind" ("round" | "sweep"), "config", "repeats",
     ...}``, configs validated up front. ``overrides`` (the options a user gave) replace the suite's; a
     given ``model`` or ``algorithm`` keeps only the measurements of that model or algorithm."""
-    from ..experiment.config import ConfigError
+    from ..config.config import ConfigError
     if name not in SUITES:
         raise ConfigError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
     s, over = SUITES[name], dict(overrides or {})

@@ -21,9 +21,9 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from ..experiment.build import build
-from ..experiment.config import Config, ConfigError
-from ..interrupt import INTERRUPT, SIGNALS
+from ..runner.build import build
+from ..config.config import Config, ConfigError
+from ..runtime.interrupt import INTERRUPT, SIGNALS
 from ..problem.models import default_conv_impl
 from ..sim.client import steps_per_epoch
 from ..sim.round import client_phase, client_step, init_state, round_keys, run_rounds, sample_clients, server_step
@@ -339,8 +339,8 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3, progress=None, partial
     ``progress``: called with one line per width, with its predicted duration (:func:`predict_width_s`,
     from the widths already measured), and the time left once its first calls are timed. ``partial``:
     the result dict, each width's figures added as soon as they are measured."""
-    from ..experiment.loop import Program, default_run_map
-    from ..experiment.sweep import _Group
+    from ..runner.loop import Program, default_run_map
+    from ..sweeps.sweep import _Group
     say = progress or (lambda line: None)
     length = min(cfg.eval_every, cfg.rounds)
     res = {} if partial is None else partial

@@ -17,12 +17,12 @@ from typing import Protocol
 import numpy as np
 
 from ..algorithms import BUILTINS, declared
-from ..errors import ConfigError
-from ..notices import Notice
+from ..runtime.errors import ConfigError
+from ..runtime.notices import Notice
 from ..sim.algorithms import mean_server, weighted_mean_server
 from .mechanisms import ADAPTIVE_EXACT_EPSILON, LDP_NAMES, gaussian_epsilon
-from ..experiment import registry
-from ..experiment.options import ALGORITHMS, CLIENT_GRADS, DPS, MODELS, plugin_of, resolve_plugin
+from ..plugins import registry
+from ..config.options import ALGORITHMS, CLIENT_GRADS, DPS, MODELS, plugin_of, resolve_plugin
 
 
 

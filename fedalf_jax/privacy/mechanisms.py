@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..notices import Notice
+from ..runtime.notices import Notice
 
 __all__ = [
     "LDP_NAMES",

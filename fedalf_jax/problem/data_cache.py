@@ -38,7 +38,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..cache_home import OFF, cache_home
+from ..runtime.cache_home import OFF, cache_home
 
 ENV = "FEDALF_DATA_CACHE"
 VERSION = 1  # the loaders' conversion of the files' bytes to arrays: change it when that arithmetic changes

@@ -103,9 +103,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from ..experiment.config import ConfigError
-from ..experiment.rundir import RunDir
-from ..experiment.sweepdir import find_runs
+from ..config.config import ConfigError
+from ..runner.rundir import RunDir
+from ..sweeps.sweepdir import find_runs
 from .figures import Baseline, FrontierPoint, curves_figure, frontier_data, heatmap_data, write_figures
 from .runs import (LABELS, NOT_NAMING, Cell, Run, base_label, build_cells, cell_guarantee, cell_spent, choose_eta,
                    STATUS_WORDS, eta_option, length_notes, load_runs, name_variants, naming_options, resolved_config,

@@ -13,13 +13,13 @@ from typing import Optional
 import numpy as np
 
 from ..algorithms import BUILTINS, declared
-from ..experiment import registry
-from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
+from ..plugins import registry
+from ..config.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, Config, ConfigError
 from ..privacy.guarantee import privacy_guarantee, recorded_guarantee
-from ..experiment.identity import USED_BY, flat_options, partition_ignores
-from ..experiment.columns import PERSONAL_KEYS, columns_of_file, metric_columns
-from ..experiment.rundir import METRICS, RunDir
-from ..experiment.writers import DamagedFile, read_csv_rows
+from ..config.identity import USED_BY, flat_options, partition_ignores
+from ..runner.columns import PERSONAL_KEYS, columns_of_file, metric_columns
+from ..runner.rundir import METRICS, RunDir
+from ..runner.writers import DamagedFile, read_csv_rows
 
 LABELS = {name: factory.declares.label for name, factory in BUILTINS.items()}  # each built-in's own label
 _PRIVACY_ORDER = ("none", "adaptive", "ldp_fl", "gaussian", "central")

@@ -12,8 +12,8 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from ..experiment.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, ConfigError
-from ..experiment.columns import PERSONAL_KEYS
+from ..config.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS, ConfigError
+from ..runner.columns import PERSONAL_KEYS
 from .runs import STATUS_WORDS, Cell, Run, _index, _plural, _shorten, cell_guarantee, cell_spent
 
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "ranked_by", "seeds", "rounds",

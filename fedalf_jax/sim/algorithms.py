@@ -39,7 +39,7 @@ class OwnHParams(Mapping):
         try:
             return self._d[name]
         except KeyError:
-            from ..errors import ConfigError as error  # as contract.error makes it; contract imports this module
+            from ..runtime.errors import ConfigError as error  # as contract.error makes it; contract imports this module
             have = ", ".join(self._d) or "none"
             raise error(f"hp.own[{name!r}]: the algorithm declares no hyper-parameter {name!r} (it declares: {have}; "
                         f"Algorithm(hparams={{{name!r}: default, ...}}) declares one)") from None
@@ -268,7 +268,7 @@ class Algorithm:
         object.__setattr__(self, "client_collections", tuple(cols))
         bad = [c for c in self.client_collections if c not in CLIENT_COLLECTIONS]
         if bad:
-            from ..errors import ConfigError as error  # as contract.error makes it; contract imports this module
+            from ..runtime.errors import ConfigError as error  # as contract.error makes it; contract imports this module
             raise error(f"algorithm {self.name!r}: client_collections {bad} are not model collections the round "
                         f"keeps per client; use {CLIENT_COLLECTIONS}")
 
@@ -307,7 +307,7 @@ _DEFAULT_CLIENT_FIELDS = ("penalty", "local_start", "local_optimizer", "personal
 def _check_client_program(alg: "Algorithm") -> None:
     """An algorithm gives its client as ``upload`` (and the default client's optional fields) or as ``client``
     (a :class:`~fedalf_jax.sim.program.ClientProgram`), not both; one line otherwise."""
-    from ..errors import ConfigError as error  # as contract.error makes it; contract imports this module
+    from ..runtime.errors import ConfigError as error  # as contract.error makes it; contract imports this module
     if alg.client is None:
         if alg.upload is None:
             raise error(f"algorithm {alg.name!r} has no client: give upload=(theta, w, w_tilde, state, hp, lr_t) -> "
@@ -333,7 +333,7 @@ CLIENT_COLLECTIONS = ("batch_stats",)  # the model collections an algorithm may 
 
 def _own_hparams(name: str, given) -> tuple:
     """``Algorithm.hparams`` checked and normalised to ``((name, float default), ...)``; one line otherwise."""
-    from ..errors import ConfigError as error  # as contract.error makes it; contract imports this module
+    from ..runtime.errors import ConfigError as error  # as contract.error makes it; contract imports this module
     head = f"algorithm {name!r}: hparams"
     if isinstance(given, Mapping):
         pairs = list(given.items())

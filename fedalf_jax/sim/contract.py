@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import ConfigError
+from ..runtime.errors import ConfigError
 
 
 def error(msg: str) -> Exception:

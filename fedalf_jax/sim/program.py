@@ -195,7 +195,7 @@ def privatise(spec, key, theta, w, hp: HParams, *, with_variance: bool = False):
     ``(w̃, var)``, the per-value noise variance of ``w̃`` the server can compute from what it receives
     (:mod:`fedalf_jax.sim.privacy`)."""
     if spec.ldp != "none":
-        from .privacy import mechanism
+        from ..privacy.mechanisms import mechanism
         mech = mechanism(spec.ldp)
         src = T.sub(w, theta) if spec.ldp_on == "update" else w
         out = mech(key, src, hp.epsilon, with_variance=with_variance)
@@ -203,7 +203,7 @@ def privatise(spec, key, theta, w, hp: HParams, *, with_variance: bool = False):
         if spec.ldp_on == "update":
             noisy = T.add(theta, noisy)
     elif spec.dp == "gaussian":
-        from .privacy import gaussian_dp, gaussian_sigma
+        from ..privacy.mechanisms import gaussian_dp, gaussian_sigma
         noisy = T.add(theta, gaussian_dp(key, T.sub(w, theta), epsilon=hp.epsilon, delta=hp.delta, clip=hp.clip,
                                          neighbouring=spec.neighbouring))
         if with_variance:
@@ -279,7 +279,7 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
             raise C.error(C.raw_delta_refusal(alg, spec))
         delta, new_state, aux = C.unpack_final(alg, out, theta, state)
     if spec.dp == "central":  # DP-FedAvg's client: its upload clipped to norm C (the server adds the noise)
-        from .privacy import clip_global_norm
+        from ..privacy.mechanisms import clip_global_norm
         delta = clip_global_norm(delta, hp.clip)
     if loss is None:  # l_i = f_i(θ_t), when the server uses it
         loss = (full_loss(spec.model, theta_vars, x, y, idx, n, chunk=spec.batch_size,

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 from optax.projections import projection_simplex
 
-from ..errors import ConfigError
+from ..runtime.errors import ConfigError
 
 __all__ = ["solve_simplex_qp", "solve_simplex_qp_info", "simplex_gap", "box_gap", "resolve_method", "METHODS"]
 

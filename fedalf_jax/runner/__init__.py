@@ -1,0 +1,1 @@
+"""The run: from a ``fj.Config`` to the compiled programs (``build``, ``programs``), the run loop (``loop``), its run directory and files (``rundir``, ``writers``, ``columns``), progress, the compilation cache and the notebook helpers (``explore``)."""

@@ -1,0 +1,1 @@
+"""The runtime plumbing every floor may use: signals (``interrupt``), the allocator's restart (``allocator``), the caches' home folder (``cache_home``), one-line notices (``notices``) and the package's error type (``errors``). It imports nothing else of the package."""
