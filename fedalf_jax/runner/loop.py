@@ -45,7 +45,7 @@ from .progress import Progress, stage
 from .columns import PERSONAL_KEYS, extra_columns, scalars_of
 from .rundir import RunDir
 from .writers import WriteError
-# the compiled programs (experiment/programs.py); their names are imported from here too
+# the compiled programs (runner/programs.py); their names are imported from here too
 from .programs import (_PROGRAMS, _TRACE_OPTIONS, Program, default_run_map, map_runs,  # noqa: F401
                        to_host)
 

@@ -1,6 +1,6 @@
 """Where fedalf_jax keeps what it caches for a user (the compiled programs, the decoded data sets): a folder of
 ``$XDG_CACHE_HOME/fedalf_jax`` (an absolute one: the XDG spec ignores a relative path) or ``~/.cache/fedalf_jax``.
-At the ground: it imports nothing of the package (``problem/`` and ``experiment/`` both use it)."""
+At the ground: it imports nothing of the package (``problem/`` and ``runner/`` both use it)."""
 
 from __future__ import annotations
 
