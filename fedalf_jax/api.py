@@ -77,6 +77,24 @@ class Result:
         return self._average
 
     @property
+    def sampled_clients(self) -> np.ndarray:
+        """``[rounds, m]`` int32: row ``t`` is the clients round ``t`` (0, 1, ...) sampled, for every round the run
+        trained (``summary.json``'s last round; the config's ``rounds`` for a run without one). Replayed on the
+        host from the run's seed with the round's own keys and sampler (the sampling reads nothing else), the
+        same ids the server received as ``ServerIn.sel``."""
+        from .sim.round import sampled_clients
+        rounds = (self.summary or {}).get("round")
+        if not isinstance(rounds, int):
+            rounds = int(self.metrics["round"].max()) if len(self.metrics) and "round" in self.metrics else \
+                self.config.rounds
+        return sampled_clients(self.config.clients, self.config.clients_per_round, self.config.seed, rounds)
+
+    @property
+    def participation(self) -> np.ndarray:
+        """``[N]``: how many of the run's rounds each client took part in (:attr:`sampled_clients` counted)."""
+        return np.bincount(self.sampled_clients.ravel(), minlength=self.config.clients).astype(np.int64)
+
+    @property
     def client_states(self):
         """Every client's state (``Algorithm.init_client_state``'s pytree with a leading axis of N clients;
         the ADMM duals), from the run directory's last checkpoint."""

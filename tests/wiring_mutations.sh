@@ -1285,4 +1285,7 @@ mutate fedalf_jax/cli.py "    if code < 0:
         try:" "trust55: a child killed by SIGKILL reads exited -9" "$PP -k exit_descriptions"
 mutate fedalf_jax/cli.py '    return "stopped (resume with --resume)" if status == "running" and writer_ended(folder) else status' \
   '    return status' "trust55: a run whose lock's pid is dead reads running" "$PP -k ended_process"
+mutate fedalf_jax/api.py "        return sampled_clients(self.config.clients, self.config.clients_per_round, self.config.seed, rounds)" \
+  "        return sampled_clients(self.config.clients, self.config.clients_per_round, self.config.seed + 1, rounds)" \
+  "client56: Result.sampled_clients replays another seed's sampling" "tests/test_sampled_public.py"
 exit $status
