@@ -1288,4 +1288,7 @@ mutate fedalf_jax/cli.py '    return "stopped (resume with --resume)" if status 
 mutate fedalf_jax/api.py "        return sampled_clients(self.config.clients, self.config.clients_per_round, self.config.seed, rounds)" \
   "        return sampled_clients(self.config.clients, self.config.clients_per_round, self.config.seed + 1, rounds)" \
   "client56: Result.sampled_clients replays another seed's sampling" "tests/test_sampled_public.py"
+mutate fedalf_jax/sim/client.py "    u = jax.vmap(lambda p: jax.random.uniform(jax.random.fold_in(key, p)))(pos)" \
+  "    u = jax.vmap(lambda p: jax.random.uniform(jax.random.fold_in(key, p + 1)))(pos)" \
+  "client56: the epoch's order is not the documented one" "tests/test_minibatch_order.py"
 exit $status
