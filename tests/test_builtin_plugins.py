@@ -64,15 +64,15 @@ def test_an_option_resolves_given_then_private_then_default():
 # where an algorithm's name may still be a string literal outside its module, and why (none of them knowledge
 # about the algorithm: a choice of one, or another thing of the same name)
 ALLOWED = {
-    "experiment/config.py": {"fedalf", "fedlf"},  # the default algorithm; assign="fedlf" is a partition scheme
-    "experiment/options.py": {"fedlf"},  # ASSIGNS: the partition scheme
+    "config/config.py": {"fedalf", "fedlf"},  # the default algorithm; assign="fedlf" is a partition scheme
+    "config/options.py": {"fedlf"},  # ASSIGNS: the partition scheme
     "problem/partitions.py": {"fedlf"},  # the partition scheme
     "bench/suite.py": {"fedavg", "fedalf"},  # which algorithms a benchmark suite times
     "bench/timing.py": {"fedavg"},  # the PyTorch comparison is FedAvg's loop
     "cli.py": {"fedavg", "fedalf"},  # the PyTorch comparison; the command's name
-    "interrupt.py": {"fedalf"},  # the command's name
+    "runtime/interrupt.py": {"fedalf"},  # the command's name
     "cli_options.py": {"fedalf"},  # the command's name
-    "experiment/progress.py": {"fedalf"},  # the command's name on the progress bar
+    "runner/progress.py": {"fedalf"},  # the command's name on the progress bar
     "reporting/figures.py": {"fedalf", "fedavg"},  # the paper's privacy figure: FedALF and its private variants
     "sim/algorithms.py": set(BUILTINS),  # the old import path of the factories (deprecated, one release)
 }
