@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17 item 3: FedALF's ablation (docs/results.md §1) rerun and kept: upload rule × history rows ×
+# Issue 17 item 3: FedALF's ablation (docs/lab/results.md §1) rerun and kept: upload rule × history rows ×
 # ρ, MLP, both partitions, lr 0.05, η_g 0.5 (FedALF's non-private default), 200 rounds, seeds 0-2.
 # One sweep per partition in runs/ablation/<partition>; kill and rerun to resume. When both are done it
 # copies each run's small files (config.json, metrics.csv, summary.json; no checkpoints) to

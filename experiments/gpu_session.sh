@@ -7,7 +7,7 @@
 #   2  sweep-width scaling: CNN FedALF, W = 1, 8, 32, 64 runs in one program against W separate runs,
 #      stopping at the first W that runs out of memory (fedalf bench --suite gpu --part sweep)
 #   3  a 500-round FMNIST FedALF MLP run (pat1, --matmul-precision highest, so that it compares with
-#      the CPU runs of docs/results.md) in runs/gpu-fedalf-mlp-500; config.json, clients.json,
+#      the CPU runs of docs/lab/results.md) in runs/gpu-fedalf-mlp-500; config.json, clients.json,
 #      metrics.csv and summary.json are copied to $OUT every 20 s and at the end (not the .npz
 #      checkpoints). Run again, it continues the run (--resume).
 #   bash experiments/gpu_session.sh 0        (then 1, 2, 3)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #15: LDP-FedALF variants at epsilon = 2, FMNIST MLP, 200 rounds (docs/results.md §5).
+# Issue #15: LDP-FedALF variants at epsilon = 2, FMNIST MLP, 200 rounds (docs/lab/results.md §5).
 # Each variant is one sweep in runs/ldp-study/<name> (killed: run it again to resume); `fedalf report runs/ldp-study` tabulates them.
 set -uo pipefail
 cd "$(dirname "$0")/.."

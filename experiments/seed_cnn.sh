@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Issue 17 item 2: the seed paper's CNN on FMNIST, 200 rounds, both partitions, at the step sizes the MLP
-# study chose (docs/results.md §2, not re-tuned for the CNN: FedAvg 0.1, FedLF with local SGD 0.1,
+# study chose (docs/lab/results.md §2, not re-tuned for the CNN: FedAvg 0.1, FedLF with local SGD 0.1,
 # FedALF 0.05; LDP-FedALF at FedALF's lr with the private defaults, epsilon 2).
 # The sweeps run in order of what the tables need most; each is a folder runs/seed-cnn/<name>. Kill it
 # whenever CPU time runs out and run it again: a finished sweep is skipped, a killed one resumes from its
 # last checkpoint (`fedalf sweep --resume`). `ROUNDS=N bash experiments/seed_cnn.sh` (N > 200) extends each
 # sweep it reaches to N rounds. Wall time per sweep: runs/seed-cnn/times.txt.
 # Each sweep that finishes has its small files (config, metrics, summary; no checkpoints) kept in
-# docs/cnn-runs/<name>, from which docs/results.md §7's table and the curves are regenerated:
+# docs/cnn-runs/<name>, from which docs/lab/results.md §7's table and the curves are regenerated:
 # `.venv/bin/fedalf report docs/cnn-runs --out docs/cnn-report`.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-"""The seed paper's experiment (docs/results.md), as ``fedalf sweep`` calls.
+"""The seed paper's experiment (docs/lab/results.md), as ``fedalf sweep`` calls.
 
 For each algorithm, the step size η is tuned over {0.01, 0.05, 0.1} as FedLF's authors did (the value
 whose seed-mean final accuracy is best, per partition) on ``--tune-seeds``; the ``--extra-seeds`` then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fedalf's FedAvg CNN round against a lean PyTorch loop of it (issue 29; docs/benchmarks.md, "FedAvg against
+# fedalf's FedAvg CNN round against a lean PyTorch loop of it (issue 29; docs/lab/benchmarks.md, "FedAvg against
 # a lean PyTorch loop"): `fedalf bench --pytorch` REPEATS times in a row (each: the compiled round's 5 rounds,
 # then the PyTorch loop's warm-up and 5 rounds), the load before each, then the medians of the three figures.
 #   bash experiments/torch_ratio.sh [PYTHON_WITH_TORCH] [REPEATS] [extra fedalf bench flags...]

@@ -249,7 +249,7 @@ def cpu_groups(cpus: list, p: int):
     in order), or ``None`` where there are fewer cores than processes (then none is pinned). Each process pinned
     to its own cores, XLA:CPU sizes its thread pool to them: the processes' threads do not contend for the same
     cores, and a process of one core computes in one thread, without waking another at every parallel step
-    (3-run FedLF MLP sweep, 2 processes on 2 cores: ~1,500 fewer futex calls a round, docs/benchmarks.md)."""
+    (3-run FedLF MLP sweep, 2 processes on 2 cores: ~1,500 fewer futex calls a round, docs/lab/benchmarks.md)."""
     if p < 2 or len(cpus) < p:
         return None
     size, extra = divmod(len(cpus), p)

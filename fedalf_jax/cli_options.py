@@ -54,7 +54,7 @@ _HELP = {
                         "evaluation): default (the default: XLA's choice, TF32 on recent NVIDIA GPUs), high, "
                         "highest (true float32: use it to compare GPU runs with CPU runs); a CPU computes all "
                         "three in float32",
-    "devices": "run: shard the sampled clients over N devices; sweep: shard the runs (docs/scaling.md)",
+    "devices": "run: shard the sampled clients over N devices; sweep: shard the runs (docs/lab/scaling.md)",
     "log": "metric writers: csv (metrics.csv, always written), tensorboard (also TensorBoard scalars)",
     "conv_impl": "convolution implementation: auto (per backend; on CPU im2col to train, lax for the clients' "
                  "losses and the evaluation), lax, im2col, ...",
@@ -128,7 +128,7 @@ _CTRL_C = ("Ctrl-C: the round in flight finishes, then its metrics and a checkpo
            "first round: the command stops at once, leaving nothing) and the command exits with status 130, "
            "printing how to resume (--resume); a second "
            "Ctrl-C exits at once, leaving the last checkpoint intact. SIGTERM, SIGHUP and SIGUSR1 do the same "
-           "(exit status 143, 129, 138; Slurm: --signal=TERM@120, docs/scaling.md). Only one process may write "
+           "(exit status 143, 129, 138; Slurm: --signal=TERM@120, docs/lab/scaling.md). Only one process may write "
            "a folder at a time.")
 
 
@@ -440,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "cores of its own where there are at least P; in one "
                         "process a CPU computes a sweep's runs one after another, so 2 uses both cores of a 2-core "
                         "machine (a 3-run FedLF MLP sweep: 0.62x the time of three single runs, ~0.83x in one "
-                        "process; docs/benchmarks.md); each run's metrics are its single run's, bit for bit "
+                        "process; docs/lab/benchmarks.md); each run's metrics are its single run's, bit for bit "
                         "(default 1)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--no-compile-cache", action="store_true", help=_COMPILE_CACHE)
@@ -455,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Round throughput. The default (the main job's FedALF CNN round on Fashion-MNIST, compiled "
                     "against a sequential client loop, 5 rounds each, and the server step alone) takes under a "
                     "minute on a quiet 2-core CPU: the compilations and 5 x (1.7 + 1.9) s of timed rounds "
-                    "(docs/benchmarks.md). --sweep-width times the MLP unless --model cnn is given. Each "
+                    "(docs/lab/benchmarks.md). --sweep-width times the MLP unless --model cnn is given. Each "
                     "measurement prints a line on stderr with its expected time; Ctrl-C stops at once, prints the "
                     "table of what was measured and exits with 130 (SIGTERM, SIGHUP, SIGUSR1 the same, exit 143, 129, "
                     "138).")

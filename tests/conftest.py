@@ -15,7 +15,7 @@ os.environ["FEDALF_DATA_CACHE"] = "off"  # whatever the caller set: the fake fil
 # this machine (issue 49, item 4): `$XDG_CACHE_HOME/fedalf_jax/tests` or `~/.cache/fedalf_jax/tests`, never
 # the user's own ~/.cache/fedalf_jax/jax. The tests build the same tiny programs again and again (every
 # loop.run, sweep and `fedalf` subprocess compiles its programs afresh), and most of the suite's CPU is XLA
-# compiling them (docs/suite_time.md): kept, a second run of the suite loads them instead. A program loaded
+# compiling them (docs/lab/suite_time.md): kept, a second run of the suite loads them instead. A program loaded
 # from the cache is the one compiled, so results are bit for bit those without it; JAX keys each entry on the
 # program, its compile options, the backend and the versions of jax and jaxlib, so no test loads another's
 # program, and an edit to the code only adds the entries of the programs it changed.
@@ -34,7 +34,7 @@ os.environ["FEDALF_DATA_CACHE"] = "off"  # whatever the caller set: the fake fil
 _SESSION_ROOT = "FEDALF_TEST_COMPILE_CACHE_ROOT"  # chosen by the first process (the xdist controller)
 _PREFIX = "fedalf-test-compile-cache-"
 _TEST_CACHE = "FEDALF_TEST_CACHE"
-_KEPT_MAX = 8 << 30  # the kept folder's LRU cap: a cold session writes ~1 GB (docs/suite_time.md)
+_KEPT_MAX = 8 << 30  # the kept folder's LRU cap: a cold session writes ~1 GB (docs/lab/suite_time.md)
 _MADE_HERE = None
 
 
@@ -150,10 +150,10 @@ if _PROBED not in os.environ and os.environ["FEDALF_COMPILE_CACHE"] == os.enviro
 # (each op run outside jit is a program of its own): written all, a test that runs ops one by one paid ~0.3 s
 # for each of them, 100 s for one test. The test processes (the two workers) write those over 0.2 s (0.5 s
 # before the folder was kept between sessions: now a program written once is loaded by every later run of the
-# suite, docs/suite_time.md measures both thresholds cold and warm). The subprocesses (each `fedalf` command, sweep process, notebook
+# suite, docs/lab/suite_time.md measures both thresholds cold and warm). The subprocesses (each `fedalf` command, sweep process, notebook
 # kernel) write every program (threshold 0; 0.1 s before issue 49's last stop): they run the same few tiny
 # configurations again and again, so what one writes, ~120 small programs of a tiny run, the next ~160 load
-# instead of compiling (the subprocess-heavy files warm: 67 -> 60-62 s; docs/suite_time.md). A threshold the
+# instead of compiling (the subprocess-heavy files warm: 67 -> 60-62 s; docs/lab/suite_time.md). A threshold the
 # caller set is used by both. The workers' programs under their threshold compile again in each worker.
 _WORKER_MIN_TIME = "FEDALF_TEST_WORKER_MIN_COMPILE_TIME_SECS"
 if MIN_TIME_ENV not in os.environ:

@@ -13,7 +13,7 @@ one JSON file per xdist worker, written at the session's end (a session starts b
 What a test's subprocesses compile counts in their CPU time, not among the programs; a notebook kernel (not
 waited for as a child) in neither. The hook is JAX's private ``jax._src.compiler.compile_or_get_cached``:
 where a JAX version lacks it, the programs go unrecorded and the rest still works.
-docs/suite_time.md has what it found.
+docs/lab/suite_time.md has what it found.
 """
 
 import collections

@@ -4,7 +4,7 @@ starts). Every device computes the single-device program for its own clients (on
 step replicated on every device after an exact all-gather) or its own runs (a sweep), so the results
 equal one device's up to float32 rounding: XLA compiles a multi-device program (2, 3 or 4 devices,
 padded or not, give each other's bits; a shard_map over a 1-device mesh gives one device's) with other
-kernels for the same ops, and the training amplifies the last bit (docs/scaling.md). What rounding
+kernels for the same ops, and the training amplifies the last bit (docs/lab/scaling.md). What rounding
 cannot change is compared exactly (each run's config, clients, PRNG key and sampled clients); the
 metrics at tolerances measured from that drift (``TOLERANCE``)."""
 

@@ -1,4 +1,4 @@
-"""docs/results.md's kept tables are what their kept runs say: ``fedalf report docs/ablation-runs`` regenerates
+"""docs/lab/results.md's kept tables are what their kept runs say: ``fedalf report docs/ablation-runs`` regenerates
 every cell of §1's ablation table and ``fedalf report docs/cnn-runs`` every accuracy cell of §7's CNN table,
 and one cell of each matches its runs' metrics.csv read by hand."""
 
@@ -18,7 +18,7 @@ RUNS = REPO / "docs" / "ablation-runs"
 
 def _doc_table() -> dict:
     """(upload, history, ρ) -> the four cells of §1's FedALF table, as written."""
-    text = (REPO / "docs" / "results.md").read_text()
+    text = (REPO / "docs" / "lab" / "results.md").read_text()
     table = {}
     for line in text.splitlines():
         m = re.match(r"\|\s*\**(increment|model|augmented), (on|off), ([\d.]+)[^|]*\|(.*)\|\s*$", line)
@@ -83,7 +83,7 @@ def test_the_defaults_cell_read_by_hand(rows):
     _check_read_by_hand(rows[("increment", True, "0.01"), "pat1"], runs)
 
 
-# ---- The CNN, 200 rounds: docs/results.md §7's table and docs/cnn-runs ---------------------------------
+# ---- The CNN, 200 rounds: docs/lab/results.md §7's table and docs/cnn-runs ---------------------------------
 
 CNN = REPO / "docs" / "cnn-runs"
 CNN_SWEEPS = {  # sweep name (experiments/seed_cnn.sh) -> its one run: 4 methods × 2 partitions × seeds 0, 1
@@ -96,7 +96,7 @@ CNN_ROWS = {"FedAvg (η 0.1)": "FedAvg", "FedLF, local SGD (η 0.1)": "FedLF", "
 
 def _cnn_doc_table() -> dict:
     """Row label -> the four accuracy cells of §7's 200-round table, as written."""
-    text = (REPO / "docs" / "results.md").read_text()
+    text = (REPO / "docs" / "lab" / "results.md").read_text()
     section = text[text.index("\n## 7."):text.index("\n## 8.")]
     table = {}
     for line in section.splitlines():

@@ -140,7 +140,7 @@ def _compiled_text(algorithm, client_map, what, compiled=False):
 @pytest.mark.skipif(default_conv_impl() == "lax", reason="this backend trains with lax.conv: no forward module")
 def test_the_clients_losses_and_the_evaluation_run_the_forward_module_when_clients_are_mapped():
     """On CPU the CNN trains with im2col (no convolution op); its forward-only passes (FedALF's l_i = f_i(θ)
-    and the evaluation) run lax.conv, 1.6x faster forward-only (docs/benchmarks.md). Vmapped clients keep
+    and the evaluation) run lax.conv, 1.6x faster forward-only (docs/lab/benchmarks.md). Vmapped clients keep
     im2col: over a sweep's runs lax.conv would become grouped convolutions, slower than im2col."""
     def convs(*a):
         return _compiled_text(*a).count("stablehlo.convolution")

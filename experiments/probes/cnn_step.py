@@ -6,7 +6,7 @@ parameters after those steps (to check that a change leaves the arithmetic bit f
     .venv/bin/python experiments/probes/cnn_step.py --pool lax           # flax's nn.max_pool instead
     XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=dot .venv/bin/python experiments/probes/cnn_step.py
 
-docs/benchmarks.md, "The pooling's backward pass": 171/163 ms before the pool's written-out backward pass,
+docs/lab/benchmarks.md, "The pooling's backward pass": 171/163 ms before the pool's written-out backward pass,
 131/131 ms after, on the 2-core CPU.
 """
 

@@ -1,4 +1,4 @@
-"""What the ADMM dual does to the pseudo-gradients FedALF's fair QP sees (docs/results.md).
+"""What the ADMM dual does to the pseudo-gradients FedALF's fair QP sees (docs/lab/results.md).
 
 From a FedALF run's last checkpoint, one round's sampled clients train from the same θ with the same
 keys: with their duals λ_i⁻ (FedALF as it runs) and with λ_i⁻ = 0 (the same clients without the

@@ -1,5 +1,5 @@
 """The fair server's cross Gram Δ·hᵀ (10 clients against 100 history rows, the FMNIST CNN's leaves) written
-three ways, jit-compiled, interleaved, medians of 7 (docs/benchmarks.md, "The server's Grams as 2-D matmuls").
+three ways, jit-compiled, interleaved, medians of 7 (docs/lab/benchmarks.md, "The server's Grams as 2-D matmuls").
 
     python experiments/probes/gram_layout.py
 """

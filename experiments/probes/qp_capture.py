@@ -1,4 +1,4 @@
-"""Capture the server's QPs (rescaled Grams Qh and masks) of a real FedALF run on FMNIST (docs/benchmarks.md,
+"""Capture the server's QPs (rescaled Grams Qh and masks) of a real FedALF run on FMNIST (docs/lab/benchmarks.md,
 "The server's sequential depth"):  python experiments/probes/qp_capture.py mlp 40 /tmp/qp/mlp.npz"""
 import sys, numpy as np, jax
 import fedalf_jax.sim.fairness as F

@@ -1,5 +1,5 @@
 """FedALF's CNN round against FedAvg's, and the parts FedALF adds, compiled and timed interleaved in one
-process (docs/benchmarks.md, "FedALF's extra work"): the two rounds (state donated, as the run loop donates
+process (docs/lab/benchmarks.md, "FedALF's extra work"): the two rounds (state donated, as the run loop donates
 it), the two client phases, FedALF's server step (donated, 12 rounds in, so that its history rows are
 full), and the 10 clients' losses l_i = f_i(θ) in B-example forward passes with the training module
 (im2col on CPU) and with the forward-only module (lax.conv). Medians of REPEATS (default 7).

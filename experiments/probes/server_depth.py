@@ -1,5 +1,5 @@
 """The server's sequential depth before (osqp, runs mapped) and after (active, runs vmapped), W = 1 and 8, FedALF
-MLP and CNN on FMNIST, 12 rounds (docs/benchmarks.md).  python experiments/probes/server_depth.py [mlp|cnn ...]"""
+MLP and CNN on FMNIST, 12 rounds (docs/lab/benchmarks.md).  python experiments/probes/server_depth.py [mlp|cnn ...]"""
 import json, sys, time
 from fedalf_jax.experiment.config import Config
 from fedalf_jax.bench import server_depth

@@ -1,5 +1,5 @@
 """Server step time, osqp (before) vs active (after), W = 1 and W copies of one run's server inputs (vmap), on a
-state 12 rounds in; interleaved, medians of 7 (docs/benchmarks.md).  python experiments/probes/server_time.py mlp 8"""
+state 12 rounds in; interleaved, medians of 7 (docs/lab/benchmarks.md).  python experiments/probes/server_time.py mlp 8"""
 import json, statistics, sys, time
 import jax, jax.numpy as jnp
 from fedalf_jax.experiment.build import build

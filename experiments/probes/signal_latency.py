@@ -2,7 +2,7 @@
 "(compiling)") or inside its one 30-round chunk (``chunk``: 3 s after its rounds began), of the tree TREE
 (a checkout: its package is imported), with the compilation cache CACHE (a new folder: a cold compile),
 writing the run to OUT; JOB ``main``: the README's main job (``fedalf run --out OUT``, the FMNIST CNN, chunks
-of 10 rounds before the change) instead of the 30-round MLP. Issue 36 items 3-4; numbers in docs/scaling.md.
+of 10 rounds before the change) instead of the 30-round MLP. Issue 36 items 3-4; numbers in docs/lab/scaling.md.
 
     git worktree add /tmp/before bfc64a6     # the tree before the change
     for tree in /tmp/before "$PWD"; do n=$(basename $tree); for ph in compile chunk; do

@@ -42,7 +42,7 @@ def option(cfg, name: str, default: Any = None) -> Any:
 # Every algorithm's options whose defaults an algorithm may declare otherwise (``Declares.options`` or
 # ``Declares.defaults``), with the package's default for one that declares nothing: a user's algorithm gets these.
 # A private run (a mechanism on) that leaves ldp_on and fair_norm unset gets the guarantee-holding variant that
-# trained best in docs/results.md §5: the noise on the update, the fair direction's length with the noise's
+# trained best in docs/lab/results.md §5: the noise on the update, the fair direction's length with the noise's
 # share removed.
 GENERIC = {"server_lr": Option(1.0), "server_lr_decay": Option(1.0), "rho": Option(1.0),
            "server_target": Option("increment"), "history": Option(False), "dual_from": Option("local"),

@@ -38,7 +38,7 @@ def upload_privacy(cfg) -> tuple[bool, str]:
                   f"client's mechanism outputs and the public θ_t")
 
 
-# ρ, the upload and the dual's source (docs/results.md's multi-seed ablation chose ρ = 0.1 and the model upload);
+# ρ, the upload and the dual's source (docs/lab/results.md's multi-seed ablation chose ρ = 0.1 and the model upload);
 # a private run's upload is the model alone, so that it is the mechanism's output
 ADMM_OPTIONS = {"rho": Option(0.1), "server_target": Option("model", private="model"),
                 "dual_from": Option("local", private="local")}

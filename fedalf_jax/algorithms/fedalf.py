@@ -20,7 +20,7 @@ def fedalf(layer_of, *, server_target: str = "increment", dual_from: str = "loca
                      needs_noise_var=fair_norm == "denoised")
 
 
-# ρ and the increment upload: docs/results.md's multi-seed ablation (MLP, pat1 and pat2, 200 rounds, 3 seeds); a
+# ρ and the increment upload: docs/lab/results.md's multi-seed ablation (MLP, pat1 and pat2, 200 rounds, 3 seeds); a
 # private run uploads the model alone (the mechanism's output), at η_g 1.0 (it beat the paper's 0.5, §5)
 fedalf.declares = Declares(
     label="FedALF",

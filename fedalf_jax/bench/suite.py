@@ -17,7 +17,7 @@ from .timing import bench, bench_sweep, predict_width_s
 # Each suite: the round-time measurements (model, algorithm; ``bench``) and the sweep-width scaling (one
 # ``bench_sweep`` call per width, in increasing order, stopping at the first width that runs out of memory).
 # ``base`` options apply to every measurement; the options a user gives (``overrides``) replace them.
-# The CNN first: a step cut short by its time limit keeps the measurement docs/benchmarks.md lacks most.
+# The CNN first: a step cut short by its time limit keeps the measurement docs/lab/benchmarks.md lacks most.
 # ``peak_memory_mb`` is the process's peak so far (the measurements share one process).
 SUITES = {
     "gpu": dict(base={}, rounds=(("cnn", "fedavg"), ("cnn", "fedalf"), ("mlp", "fedavg"), ("mlp", "fedalf")),

@@ -10,7 +10,7 @@ native convolution (``lax.conv_general_dilated``) is fast in straight-line code 
 gradients become catastrophically slow inside that program: under ``vmap`` the per-client
 kernels turn the weight-dependent convolutions into grouped convolutions, and inside a ``while``
 loop the CPU backend falls back to a slow generic convolution loop for them (see
-``docs/benchmarks.md``). The convolution is therefore pluggable (:data:`CONV_IMPLS`); all
+``docs/lab/benchmarks.md``). The convolution is therefore pluggable (:data:`CONV_IMPLS`); all
 implementations have the same parameters (``kernel`` [kh, kw, cin, cout], ``bias`` [cout]) and
 compute the same function, so parameters are interchangeable between them:
 
@@ -19,7 +19,7 @@ compute the same function, so parameters are interchangeable between them:
                axis ([B, oh, ow, kh*kw*cin]) and do one matmul with the reshaped kernel.
 ``"patches"``  ``lax.conv_general_dilated_patches`` (an identity-kernel convolution) + matmul.
 
-:func:`default_conv_impl` picks one per backend from the measurements in ``docs/benchmarks.md``.
+:func:`default_conv_impl` picks one per backend from the measurements in ``docs/lab/benchmarks.md``.
 
 Max-pooling 2x2 (stride 2) is done by reshape + max (exact: the window partition is the same as
 ``flax.linen.max_pool(x, (2, 2), (2, 2))`` with VALID padding, odd trailing rows/columns are
@@ -82,9 +82,9 @@ class ModelError(ValueError):
     """Bad model name, shape or option (one-line message)."""
 
 
-# Chosen by measurement (experiments/probes/bench_conv.py, docs/benchmarks.md), FMNIST ``cnn`` round of
+# Chosen by measurement (experiments/probes/bench_conv.py, docs/lab/benchmarks.md), FMNIST ``cnn`` round of
 # 10 clients x 12 SGD steps x B=50 on a 2-core CPU, jax 0.10.2:
-#   cpu -> "im2col": fastest inside vmap/lax.map + scan (docs/benchmarks.md: ~1.7-1.9 s per round
+#   cpu -> "im2col": fastest inside vmap/lax.map + scan (docs/lab/benchmarks.md: ~1.7-1.9 s per round
 #          with lax.map over clients, ~2.5-3.7 s with vmap); "lax" is 25-40x slower there because
 #          its weight gradient, inside a while loop, keeps a non-canonical convolution layout that
 #          XLA:CPU runs as a naive loop nest (41x slower than the same op outside a loop).
@@ -182,7 +182,7 @@ def _max_pool_reshape_fwd(x):
 def _max_pool_reshape_bwd(res, g):
     """``jnp.max``'s own gradient (the cotangent split equally among a window's tied maxima), written as one
     mask, an integer count and one select: JAX's rule (float sums of a float mask) made the CNN's SGD step
-    on CPU ~25% longer; so do float counts (docs/benchmarks.md, "The pooling's backward pass")."""
+    on CPU ~25% longer; so do float counts (docs/lab/benchmarks.md, "The pooling's backward pass")."""
     x, y = res
     xw = _windows_2x2(x)
     hit = xw == y[:, :, None, :, None, :]
@@ -275,7 +275,7 @@ class Model:
     # The module for forward passes that are never differentiated (``apply(..., forward_only=True)``: a
     # client's loss l_i = f_i(θ)): the same parameters, another implementation of its convolutions. On CPU
     # the training default im2col (whose backward XLA runs fast) is about 1.6x slower forward-only than
-    # ``lax.conv`` (docs/benchmarks.md). None: ``module`` does every pass.
+    # ``lax.conv`` (docs/lab/benchmarks.md). None: ``module`` does every pass.
     forward_module: Optional[nn.Module] = None
 
     def init(self, key: jax.Array) -> dict:

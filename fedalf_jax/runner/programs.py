@@ -218,7 +218,7 @@ def _program_key(program: "Program", key, args):
 
 def default_run_map(backend: Optional[str] = None) -> str:
     """``map`` on CPU, ``vmap`` elsewhere. Measured on the 2-core CPU after the allocator (FMNIST FedALF, ``fedalf
-    bench --sweep-width 2 4 8``, a sweep's time against its runs one after another; docs/benchmarks.md): no mode
+    bench --sweep-width 2 4 8``, a sweep's time against its runs one after another; docs/lab/benchmarks.md): no mode
     is faster at every width (MLP: ``map`` 1.07, 0.97, 0.91×, ``vmap`` 0.97, 0.99, 0.99×; CNN: ``map`` 0.94,
     0.98, 0.90×, ``vmap`` 0.96, 1.01, 0.98×), and ``vmap``'s best gain (8% at W = 8) does not pay for what
     ``map`` gives: every run bit for bit what its single run gives (``vmap`` equals it up to float32 summation

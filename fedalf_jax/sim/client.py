@@ -337,7 +337,7 @@ def evaluate_clients(model, variables, x_pool, y_pool, idx, n, *, batch_size: in
     Clients are processed ``batch_size`` at a time with ``lax.map`` to bound memory; with ``chunk``, one at a
     time instead, each in ``chunk``-example forward passes (a ``lax.scan``, as :func:`full_loss`) of the
     model's ``forward_module``: on CPU 4.8x faster than the ``batch_size`` clients' whole splits in one
-    pass (docs/benchmarks.md), and what the round asks for when its clients are mapped (one run's params at a
+    pass (docs/lab/benchmarks.md), and what the round asks for when its clients are mapped (one run's params at a
     time: vmapped over a sweep's runs, ``lax.conv`` would become grouped convolutions).
     """
     params, stats = variables["params"], variables.get("batch_stats")

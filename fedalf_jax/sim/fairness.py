@@ -91,7 +91,7 @@ def _gram(a, b):
   """``[r, s]``: ⟨a_i, b_j⟩ over every axis but the first. One 2-D matmul: XLA:CPU ran the same contraction
   written as ``einsum("i...,j...->ij")`` over a conv kernel's four axes at about half the speed (a CNN's
   cross Gram against 100 history rows: 221 ms against 122 ms, ``/tmp``-free microbenchmark in
-  docs/benchmarks.md)."""
+  docs/lab/benchmarks.md)."""
   return jnp.matmul(_rows(a), _rows(b).T, precision=_HI)
 
 

@@ -83,7 +83,7 @@ class RoundSpec:
 
 def default_client_map(backend: str | None = None) -> str:
     """``vmap`` on accelerators; ``map`` (a loop inside the compiled program) on CPU, where it measured
-    faster than vmap for the FMNIST CNN round (docs/benchmarks.md): XLA:CPU gains nothing from the
+    faster than vmap for the FMNIST CNN round (docs/lab/benchmarks.md): XLA:CPU gains nothing from the
     wider batch, and the vmapped im2col convolution's larger intermediates cost memory traffic."""
     backend = backend or jax.default_backend()
     return "map" if backend == "cpu" else "vmap"
