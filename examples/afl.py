@@ -35,11 +35,6 @@ def project_simplex(v):
     return fj.solve_simplex_qp(pts @ pts.T)
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t):
-    """Δ_i = θ − w̃_i (FedAvg's upload)."""
-    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), state
-
-
 def server(s: fj.ServerIn):
     lam = s.sstate
     tot = jnp.sum(lam[s.sel])
@@ -52,6 +47,6 @@ def server(s: fj.ServerIn):
 
 def afl() -> fj.Algorithm:
     return fj.Algorithm(
-        "afl", server=server, upload=upload, needs_loss=True, private_upload=True,
+        "afl", server=server, client=fj.local_training(), needs_loss=True, private_upload=True,
         init_server_state=lambda params, num_clients: jnp.full((num_clients,), 1.0 / num_clients, jnp.float32),
         hparams={"lam_lr": 0.1}, metrics=("lambda_max",))

@@ -35,21 +35,22 @@ def mix(alpha, v, w):
     return _map(lambda a, b: alpha * a + (1 - alpha) * b, v, w)
 
 
-def personal_loss(theta, state, hp):
+def personal_loss(ctx):
     """The cross-entropy at the mixture α v + (1 − α) w, differentiated in v and α."""
     return lambda p, batch: fj.cross_entropy(batch, batch.apply(mix(p["alpha"], p["v"], batch.w))[0])
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t, personal):
+def upload(ctx, w, w_tilde, personal):
     """FedAvg's Δ_i = θ − w̃_i; the trained {v_i, α_i} (α clipped to [0, 1]) becomes the client's state."""
-    return _map(lambda t, u: t - u, theta, w_tilde), {"v": personal["v"],
+    return _map(lambda t, u: t - u, ctx.theta, w_tilde), {"v": personal["v"],
                                                       "alpha": jnp.clip(personal["alpha"], 0.0, 1.0)}
 
 
 def apfl(alpha0: float = 0.5) -> fj.Algorithm:
     return fj.Algorithm(
-        "apfl", server=fj.algorithms.weighted_mean_server, upload=upload,       # FedAvg's server
+        "apfl", server=fj.algorithms.weighted_mean_server,                       # FedAvg's server
+        client=fj.local_training(upload=upload,
+                                 personal=fj.Personal(start=lambda ctx: ctx.state, local_loss=personal_loss)),
         init_client_state=lambda params: {"v": params, "alpha": jnp.asarray(alpha0, jnp.float32)},
-        personal=fj.Personal(start=lambda theta, state, hp: state, local_loss=personal_loss),
         personal_model=lambda state, theta: mix(state["alpha"], state["v"], theta),
         private_upload=True)                                                     # Δ_i: a function of w̃ and θ

@@ -30,9 +30,9 @@ def _step(theta, deltas, weights, lr):
     return _map(lambda t, d: t - jnp.tensordot(weights.astype(d.dtype), d, axes=1, precision=HI) * lr, theta, deltas)
 
 
-def model_upload(theta, w, w_tilde, state, hp, lr_t):
+def model_upload(ctx, w, w_tilde):
     """Δ_i = θ − w̃_i: the model the client lets out (so a privacy mechanism's guarantee covers it)."""
-    return _map(lambda t, u: t - u, theta, w_tilde), state
+    return _map(lambda t, u: t - u, ctx.theta, w_tilde), ctx.state
 
 
 def weighted_server(s: fj.ServerIn):
@@ -41,29 +41,34 @@ def weighted_server(s: fj.ServerIn):
 
 
 def fedavg() -> fj.Algorithm:
-    return fj.Algorithm("fedavg_api", server=weighted_server, upload=model_upload, private_upload=True)
+    return fj.Algorithm("fedavg_api", server=weighted_server, client=fj.local_training(upload=model_upload),
+                        private_upload=True)
 
 
-def prox_penalty(theta, state, hp):
+def prox_penalty(ctx):
     """μ/2 ‖w − θ‖²."""
+    theta, hp = ctx.theta, ctx.hp
     return lambda w: 0.5 * hp.mu * _vdot(_map(jnp.subtract, w, theta), _map(jnp.subtract, w, theta))
 
 
 def fedprox() -> fj.Algorithm:
-    return fj.Algorithm("fedprox_api", server=weighted_server, upload=model_upload, penalty=prox_penalty,
-                        private_upload=True)
+    return fj.Algorithm("fedprox_api", server=weighted_server,
+                        client=fj.local_training(penalty=prox_penalty, upload=model_upload), private_upload=True)
 
 
-def admm_penalty(theta, dual, hp):
+def admm_penalty(ctx):
     """⟨λ_i, w − θ⟩ + ρ/2 ‖w − θ‖²: the augmented Lagrangian's local terms."""
+    theta, dual, hp = ctx.theta, ctx.state, ctx.hp
+
     def pen(w):
         d = _map(jnp.subtract, w, theta)
         return _vdot(dual, d) + 0.5 * hp.rho * _vdot(d, d)
     return pen
 
 
-def admm_upload(theta, w, w_tilde, dual, hp, lr_t):
+def admm_upload(ctx, w, w_tilde):
     """λ_i ← λ_i + ρ(w_i − θ) (from the trained w: the dual stays on the client); Δ_i = θ − w̃_i."""
+    theta, dual, hp = ctx.theta, ctx.state, ctx.hp
     new_dual = _map(lambda l, x, t: l + (x - t) * hp.rho, dual, w, theta)
     return _map(lambda t, u: t - u, theta, w_tilde), new_dual
 
@@ -75,6 +80,7 @@ def mean_server(s: fj.ServerIn):
 
 
 def fedadmm() -> fj.Algorithm:
-    return fj.Algorithm("fedadmm_api", server=mean_server, upload=admm_upload, penalty=admm_penalty,
+    return fj.Algorithm("fedadmm_api", server=mean_server,
+                        client=fj.local_training(penalty=admm_penalty, upload=admm_upload),
                         init_client_state=lambda params: _map(jnp.zeros_like, params),  # λ_i = 0
                         private_upload=True)  # Δ_i = θ − w̃_i: the dual from w stays on the client

@@ -26,27 +26,29 @@ def _map(f, *trees):
     return jax.tree_util.tree_map(f, *trees)
 
 
-def personal_start(theta, v_i, hp):
+def personal_start(ctx):
     """v_i trains from where the client left it."""
-    return v_i
+    return ctx.state
 
 
-def personal_penalty(theta, v_i, hp):
+def personal_penalty(ctx):
     """λ/2 ‖v − θ_t‖²: the pull of the personal model towards this round's global model."""
+    theta, hp = ctx.theta, ctx.hp
     return lambda v: 0.5 * hp.own["lam"] * sum(jax.numpy.vdot(a - b, a - b) for a, b in
                                        zip(jax.tree_util.tree_leaves(v), jax.tree_util.tree_leaves(theta)))
 
 
-def upload(theta, w, w_tilde, v_i, hp, lr_t, personal):
+def upload(ctx, w, w_tilde, personal):
     """FedAvg's upload Δ_i = θ − w̃_i; the trained personal model becomes the client's new state."""
-    return _map(lambda t, u: t - u, theta, w_tilde), personal
+    return _map(lambda t, u: t - u, ctx.theta, w_tilde), personal
 
 
 def ditto() -> fj.Algorithm:
     return fj.Algorithm(
-        "ditto", server=fj.algorithms.weighted_mean_server, upload=upload,  # FedAvg's server
+        "ditto", server=fj.algorithms.weighted_mean_server,                  # FedAvg's server
+        client=fj.local_training(upload=upload,
+                                 personal=fj.Personal(start=personal_start, penalty=personal_penalty)),
         init_client_state=lambda params: params,                             # v_i = θ_0
-        personal=fj.Personal(start=personal_start, penalty=personal_penalty),
         personal_model=lambda v_i: v_i,                                      # evaluate v_i
         private_upload=True,                                                 # Δ_i is a function of w̃ and θ
         hparams={"lam": 0.1})                                                # λ, read as hp.own["lam"]

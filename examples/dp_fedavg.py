@@ -43,8 +43,9 @@ def _norm(tree):
     return jnp.sqrt(sum(jnp.vdot(x, x) for x in jax.tree_util.tree_leaves(tree)))
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t, broadcast):
+def upload(ctx, w, w_tilde):
     """clip_C(θ − w̃_i) and the bit 1[‖θ − w̃_i‖ ≤ C], with C = C_0 · f (f broadcast)."""
+    theta, state, hp, broadcast = ctx.theta, ctx.state, ctx.hp, ctx.broadcast
     clip = hp.own["clip0"] * broadcast
     delta = jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde)
     norm = _norm(delta)
@@ -69,7 +70,7 @@ def server(s: fj.ServerIn):
 
 def dp_fedavg() -> fj.Algorithm:
     return fj.Algorithm(
-        "dp_fedavg", server=server, upload=upload, broadcast=lambda f: f,
+        "dp_fedavg", server=server, client=fj.local_training(upload=upload), broadcast=lambda f: f,
         init_server_state=lambda params, num_clients: jnp.ones((), jnp.float32),
         private_upload=True, public_aux=True,            # clip_C(Δ_i) and b_i: functions of w̃_i, θ and C
         hparams=HPARAMS, metrics=("clip", "unclipped"))

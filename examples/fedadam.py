@@ -36,11 +36,6 @@ def _map(f, *trees):
     return jax.tree_util.tree_map(f, *trees)
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t):
-    """Δ_i = θ − w̃_i (FedAvg's upload)."""
-    return _map(lambda t, u: t - u, theta, w_tilde), state
-
-
 def make_server(rule: str):
     """The adaptive server: ``rule`` is ``"adam"`` or ``"yogi"`` (the second moment's update)."""
     if rule not in ("adam", "yogi"):
@@ -69,7 +64,7 @@ def init_server_state(params, num_clients):
 
 
 def _adaptive(name: str, rule: str) -> fj.Algorithm:
-    return fj.Algorithm(name, server=make_server(rule), upload=upload, init_server_state=init_server_state,
+    return fj.Algorithm(name, server=make_server(rule), client=fj.local_training(), init_server_state=init_server_state,
                         private_upload=True, hparams=HPARAMS)
 
 

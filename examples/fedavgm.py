@@ -19,11 +19,6 @@ import jax.numpy as jnp
 import fedalf_jax as fj
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t):
-    """Δ_i = θ − w̃_i (FedAvg's upload)."""
-    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), state
-
-
 def server(s: fj.ServerIn):
     beta = s.hp.own["beta"]
     v = jax.tree_util.tree_map(lambda m, d: beta * m + jnp.tensordot(s.weights, d, axes=1), s.sstate, s.deltas)
@@ -32,5 +27,5 @@ def server(s: fj.ServerIn):
 
 
 def fedavgm() -> fj.Algorithm:
-    return fj.Algorithm("fedavgm", server=server, upload=upload, private_upload=True, hparams={"beta": 0.9},
+    return fj.Algorithm("fedavgm", server=server, client=fj.local_training(), private_upload=True, hparams={"beta": 0.9},
                         init_server_state=lambda params, num_clients: jax.tree_util.tree_map(jnp.zeros_like, params))

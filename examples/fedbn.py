@@ -30,8 +30,9 @@ def with_own(theta, own):
     return {**theta, **own}
 
 
-def upload(theta, w, w_tilde, own, hp, lr_t):
+def upload(ctx, w, w_tilde):
     """Δ_i = θ − w̃_i outside the BatchNorm layers, 0 in them; their trained params become the state."""
+    theta, own = ctx.theta, ctx.state
     delta = {k: jax.tree_util.tree_map(lambda t, u: jnp.zeros_like(t) if _local(k) else t - u, theta[k],
                                        w_tilde[k]) for k in theta}
     return delta, {k: w[k] for k in own}
@@ -39,9 +40,9 @@ def upload(theta, w, w_tilde, own, hp, lr_t):
 
 def fedbn() -> fj.Algorithm:
     return fj.Algorithm(
-        "fedbn", server=fj.algorithms.weighted_mean_server, upload=upload,      # FedAvg's server
+        "fedbn", server=fj.algorithms.weighted_mean_server,                      # FedAvg's server
+        client=fj.local_training(local_start=lambda ctx: with_own(ctx.theta, ctx.state), upload=upload,
+                                 client_collections=("batch_stats",)),           # each client's own statistics
         init_client_state=lambda params: {k: v for k, v in params.items() if _local(k)},
-        local_start=lambda theta, own, hp: with_own(theta, own),
-        client_collections=("batch_stats",),                                     # each client's own statistics
         personal_model=lambda own, theta: with_own(theta, own),
         private_upload=True)                                                     # Δ_i: a function of w̃ and θ

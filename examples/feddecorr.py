@@ -32,7 +32,9 @@ def decorr(z, mask):
     return jnp.sum(k * k) / z.shape[1] ** 2
 
 
-def local_loss(theta, state, hp):
+def local_loss(ctx):
+    hp = ctx.hp
+
     def loss(params, batch: fj.Batch):  # a model returning logits alone: refused in one line (no features)
         return fj.cross_entropy(batch) + hp.own["beta"] * decorr(batch.features, batch.mask)
     return loss
@@ -40,7 +42,7 @@ def local_loss(theta, state, hp):
 
 def feddecorr() -> fj.Algorithm:
     return fj.Algorithm(
-        "feddecorr", server=fj.algorithms.weighted_mean_server, upload=fj.algorithms.model_upload,  # FedAvg's
-        local_loss=local_loss, private_upload=True,   # Δ_i = θ − w̃_i: a function of w̃ and θ
+        "feddecorr", server=fj.algorithms.weighted_mean_server, # FedAvg's
+        client=fj.local_training(local_loss=local_loss), private_upload=True,   # Δ_i = θ − w̃_i: a function of w̃ and θ
         hparams={"beta": 0.1},
         needs_features=True)  # the model must return (logits, features)

@@ -30,13 +30,15 @@ def _vdot(a, b):
     return sum(jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
 
 
-def penalty(theta, g, hp):
+def penalty(ctx):
     """The client's extra objective: −⟨g_i, w − θ⟩ + α/2 ‖w − θ‖² (α = hp.mu)."""
+    theta, g, hp = ctx.theta, ctx.state, ctx.hp
     return lambda w: -_vdot(g, _sub(w, theta)) + 0.5 * hp.mu * _vdot(_sub(w, theta), _sub(w, theta))
 
 
-def upload(theta, w, w_tilde, g, hp, lr_t):
+def upload(ctx, w, w_tilde):
     """Δ_i = θ − w̃_i, and the client's new state g_i − α (w_i − θ)."""
+    theta, g, hp = ctx.theta, ctx.state, ctx.hp
     new_g = jax.tree_util.tree_map(lambda gi, wi, t: gi - hp.mu * (wi - t), g, w, theta)
     return _sub(theta, w_tilde), new_g
 
@@ -53,7 +55,7 @@ def server(s: fj.ServerIn):
 
 def feddyn() -> fj.Algorithm:
     return fj.Algorithm(
-        "feddyn", server=server, upload=upload, penalty=penalty,
+        "feddyn", server=server, client=fj.local_training(penalty=penalty, upload=upload),
         init_client_state=lambda params: jax.tree_util.tree_map(jnp.zeros_like, params),   # g_i = 0
         init_server_state=lambda params, num_clients: jax.tree_util.tree_map(jnp.zeros_like, params),  # h = 0
         private_upload=True)   # Δ_i is a function of w̃_i and θ only

@@ -27,11 +27,6 @@ import jax.numpy as jnp
 import fedalf_jax as fj
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t):
-    """Δ_i = θ − w̃_i (FedAvg's upload)."""
-    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), state
-
-
 def project_conflicts(G, losses, alpha):
     """FedFV's projected updates: ``G [m, D]`` the flat Δ_i, ``losses [m]``; returns the new ``[m, D]``."""
     m = G.shape[0]
@@ -64,5 +59,5 @@ def server(s: fj.ServerIn):
 
 
 def fedfv() -> fj.Algorithm:
-    return fj.Algorithm("fedfv", server=server, upload=upload, needs_loss=True, private_upload=True,
+    return fj.Algorithm("fedfv", server=server, client=fj.local_training(), needs_loss=True, private_upload=True,
                         hparams={"alpha": 0.1})

@@ -34,8 +34,10 @@ def _teacher(sstate):
     return jax.tree_util.tree_map(lambda b: jnp.tensordot(filled, b, axes=1) / n, buf)
 
 
-def local_loss(theta, state, hp, broadcast):
+def local_loss(ctx):
     """CE + (γ/2) KL(teacher ‖ student) over the batch's real examples."""
+    hp, broadcast = ctx.hp, ctx.broadcast
+
     def loss(params, batch: fj.Batch):
         t_logits = jax.lax.stop_gradient(batch.apply(broadcast)[0])
         log_t, log_s = jax.nn.log_softmax(t_logits), jax.nn.log_softmax(batch.logits)
@@ -65,6 +67,6 @@ def fedgkd(K=5) -> fj.Algorithm:
         return buf, jnp.ones((), jnp.int32)   # θ_0 in slot 0
 
     return fj.Algorithm(
-        "fedgkd", server=server, upload=fj.algorithms.model_upload, local_loss=local_loss,
+        "fedgkd", server=server, client=fj.local_training(local_loss=local_loss),  # FedAvg's Δ_i = θ − w̃_i
         init_server_state=init_server_state, broadcast=_teacher, hparams={"gamma": 0.2},
         private_upload=True)   # Δ_i = θ − w̃_i; the teacher is public (the server's models)

@@ -24,11 +24,6 @@ import jax.numpy as jnp
 import fedalf_jax as fj
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t):
-    """Δ_i = θ − w̃_i (FedAvg's upload)."""
-    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), state
-
-
 def check_eps(eps):
     """ε ≥ 0: a concrete ε < 0 is one line; a traced one (``--hp eps=-0.05``: the server is compiled) becomes NaN,
     so λ is NaN and the run's divergence check stops it (ε < 0 is an empty box: ``λ₀ + ε < λ₀ − ε``)."""
@@ -52,5 +47,5 @@ def server(s: fj.ServerIn):
 
 
 def fedmgda() -> fj.Algorithm:
-    return fj.Algorithm("fedmgda", server=server, upload=upload, private_upload=True, hparams={"eps": 0.1},
+    return fj.Algorithm("fedmgda", server=server, client=fj.local_training(), private_upload=True, hparams={"eps": 0.1},
                         metrics=("lambda_shift",))

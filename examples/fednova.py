@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import fedalf_jax as fj
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t, facts):
+def upload(ctx, w, w_tilde):
     """Δ_i = θ − w̃_i, and τ_i as the auxiliary upload."""
-    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), state, {"tau": facts.steps}
+    return jax.tree_util.tree_map(lambda t, u: t - u, ctx.theta, w_tilde), ctx.state, {"tau": ctx.facts.steps}
 
 
 def server(s: fj.ServerIn):
@@ -34,5 +34,5 @@ def server(s: fj.ServerIn):
 
 
 def fednova() -> fj.Algorithm:
-    return fj.Algorithm("fednova", server=server, upload=upload,
+    return fj.Algorithm("fednova", server=server, client=fj.local_training(upload=upload),
                         private_upload=True, public_aux=False, metrics=("tau_eff",))

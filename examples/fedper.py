@@ -38,19 +38,26 @@ def with_head(theta, head):
     return {**theta, **head}
 
 
+def upload(ctx, w, w_tilde):
+    """Δ_i = θ − w̃_i on the body, 0 on the head; the trained head becomes the client's state."""
+    theta, head = ctx.theta, ctx.state
+    delta = {k: jax.tree_util.tree_map(lambda t, u: jnp.zeros_like(t) if k in head else t - u, theta[k],
+                                       w_tilde[k]) for k in theta}
+    return delta, {k: w[k] for k in head}
+
+
+def fedper_client(local_optimizer=None):
+    """Local training from the global body and the client's own head (its state), uploading the body's change."""
+    return fj.local_training(local_start=lambda ctx: with_head(ctx.theta, ctx.state),  # global body + own head
+                             upload=upload, local_optimizer=local_optimizer)
+
+
 def fedper(head_layers: int = 1) -> fj.Algorithm:
     def init_head(params):                      # a client's state: θ_0's head
         return {k: params[k] for k in head_names(params, head_layers)}
 
-    def upload(theta, w, w_tilde, head, hp, lr_t):
-        """Δ_i = θ − w̃_i on the body, 0 on the head; the trained head becomes the client's state."""
-        delta = {k: jax.tree_util.tree_map(lambda t, u: jnp.zeros_like(t) if k in head else t - u, theta[k],
-                                           w_tilde[k]) for k in theta}
-        return delta, {k: w[k] for k in head}
-
     return fj.Algorithm(
-        "fedper", server=fj.algorithms.weighted_mean_server, upload=upload,  # FedAvg's server
+        "fedper", server=fj.algorithms.weighted_mean_server, client=fedper_client(),  # FedAvg's server
         init_client_state=init_head,
-        local_start=lambda theta, head, hp: with_head(theta, head),          # global body + own head
         personal_model=lambda head, theta: with_head(theta, head),           # evaluated likewise
         private_upload=True)                                                 # Δ_i: a function of w̃ and θ

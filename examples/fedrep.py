@@ -22,17 +22,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from examples.fedper import fedper, head_names
+from examples.fedper import fedper, fedper_client, head_names
 
 
 def fedrep(head_layers: int = 1):
-    def local_optimizer(lr_t, hp):
+    def local_optimizer(ctx):
         """SGD on the head for the first ``head_steps`` steps, on the body afterwards (the other part's step 0)."""
+        lr_t, hp = ctx.lr, ctx.hp
+
         def update(grads, count, params=None):
             head = head_names(grads, head_layers)
             rate = lambda k: jnp.where((count < hp.own["head_steps"]) == (k in head), -lr_t, 0.0)  # noqa: E731
             return {k: jax.tree_util.tree_map(lambda x: rate(k) * x, g) for k, g in grads.items()}, count + 1
         return optax.GradientTransformation(lambda params: jnp.zeros((), jnp.int32), update)
 
-    return dataclasses.replace(fedper(head_layers), name="fedrep", local_optimizer=local_optimizer,
+    return dataclasses.replace(fedper(head_layers), name="fedrep", client=fedper_client(local_optimizer),
                                hparams={"head_steps": 10.0})

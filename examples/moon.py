@@ -52,8 +52,10 @@ def _cos(a, b):
     return jnp.sum(a * b, axis=-1) / (norm(a) * norm(b))
 
 
-def local_loss(theta, prev, hp):
+def local_loss(ctx):
     """CE + μ_con · the model-contrastive loss against θ_t's (positive) and the previous model's (negative) z."""
+    theta, prev, hp = ctx.theta, ctx.state, ctx.hp
+
     def loss(params, batch: fj.Batch):
         z, tau = batch.features, hp.own["tau"]
         pos, neg = _cos(z, batch.apply(theta)[1]) / tau, _cos(z, batch.apply(prev)[1]) / tau
@@ -63,15 +65,16 @@ def local_loss(theta, prev, hp):
     return loss
 
 
-def upload(theta, w, w_tilde, prev, hp, lr_t):
+def upload(ctx, w, w_tilde):
     """FedAvg's Δ_i = θ − w̃_i; the trained w_i is the client's next previous model."""
-    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), w
+    return jax.tree_util.tree_map(lambda t, u: t - u, ctx.theta, w_tilde), w
 
 
 def moon() -> fj.Algorithm:
     return fj.Algorithm(
-        "moon", server=fj.algorithms.weighted_mean_server, upload=upload,       # FedAvg's server
-        local_loss=local_loss, init_client_state=lambda params: params,         # previous model: θ_0
+        "moon", server=fj.algorithms.weighted_mean_server,                       # FedAvg's server
+        client=fj.local_training(local_loss=local_loss, upload=upload),
+        init_client_state=lambda params: params,                                 # previous model: θ_0
         private_upload=True,                                                     # Δ_i: a function of w̃ and θ
         hparams={"mu_con": 1.0, "tau": 0.5},
         needs_features=True)  # the model must return (logits, features)

@@ -22,8 +22,10 @@ import jax.numpy as jnp
 import fedalf_jax as fj
 
 
-def local_loss(theta, state, hp):
+def local_loss(ctx):
     """Each step's loss: −log(M − f) on the minibatch's cross-entropy f, quadratic below M − f = ε."""
+    hp = ctx.hp
+
     def loss(params, batch: fj.Batch):
         m, eps = hp.own["M"], hp.own["eps"]
         gap = m - fj.cross_entropy(batch)
@@ -34,6 +36,5 @@ def local_loss(theta, state, hp):
 
 def propfair() -> fj.Algorithm:
     return fj.Algorithm("propfair", server=fj.algorithms.weighted_mean_server,  # FedAvg
-                        upload=fj.algorithms.model_upload,
-                        local_loss=local_loss, private_upload=True,   # Δ_i is a function of w̃ and θ
+                        client=fj.local_training(local_loss=local_loss), private_upload=True,   # Δ_i is a function of w̃ and θ
                         hparams={"M": 5.0, "eps": 0.2})

@@ -31,14 +31,15 @@ def _vdot(a, b):
     return sum(jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
 
 
-def penalty(theta, c_i, hp, broadcast):
+def penalty(ctx):
     """⟨c − c_i, w⟩: its gradient c − c_i is SCAFFOLD's correction of every local step."""
-    return lambda w: _vdot(_map(lambda c, ci: c - ci, broadcast, c_i), w)
+    return lambda w: _vdot(_map(lambda c, ci: c - ci, ctx.broadcast, ctx.state), w)
 
 
-def upload(theta, w, w_tilde, c_i, hp, lr_t, broadcast, facts):
+def upload(ctx, w, w_tilde):
     """Δ_i = θ − w̃_i; c_i⁺ = c_i − c + Δ_i/(K η_l); aux: Δc_i = c_i⁺ − c_i."""
-    k = jnp.maximum(facts.steps, 1).astype(jnp.float32)
+    theta, c_i, lr_t, broadcast = ctx.theta, ctx.state, ctx.lr, ctx.broadcast
+    k = jnp.maximum(ctx.facts.steps, 1).astype(jnp.float32)
     delta = _map(lambda t, u: t - u, theta, w_tilde)
     dc = _map(lambda c, d: -c + d / (k * lr_t), broadcast, delta)
     return delta, _map(lambda ci, x: ci + x, c_i, dc), dc
@@ -55,7 +56,7 @@ def server(s: fj.ServerIn):
 def scaffold() -> fj.Algorithm:
     zeros = lambda params: _map(jnp.zeros_like, params)  # noqa: E731
     return fj.Algorithm(
-        "scaffold", server=server, upload=upload, penalty=penalty,
+        "scaffold", server=server, client=fj.local_training(penalty=penalty, upload=upload),
         init_client_state=zeros,                                   # c_i = 0
         init_server_state=lambda params, num_clients: zeros(params),  # c = 0
         broadcast=lambda c: c,                                     # every client receives c

@@ -23,11 +23,6 @@ import jax.numpy as jnp
 import fedalf_jax as fj
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t):
-    """Δ_i = θ − w̃_i (FedAvg's upload)."""
-    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), state
-
-
 def server(s: fj.ServerIn):
     w = jax.nn.softmax(s.hp.own["tilt"] * s.losses)          # exp(t l_i) / Σ_j exp(t l_j), overflow-safe
     theta = jax.tree_util.tree_map(lambda t, d: t - s.server_lr_t * jnp.tensordot(w, d, axes=1), s.theta, s.deltas)
@@ -35,5 +30,5 @@ def server(s: fj.ServerIn):
 
 
 def term() -> fj.Algorithm:
-    return fj.Algorithm("term", server=server, upload=upload, needs_loss=True, private_upload=True,
+    return fj.Algorithm("term", server=server, client=fj.local_training(), needs_loss=True, private_upload=True,
                         hparams={"tilt": 1.0}, metrics=("tilt_weight_max",))

@@ -21,6 +21,7 @@ import fedalf_jax as fj
 from fedalf_jax.experiment.registry import code_digest
 from fedalf_jax.experiment.rundir import LOCK, RunDir
 from fedalf_jax.notices import Notice
+from helpers import without_deprecation  # noqa: E402
 
 ARGV = ["--dataset", "synthetic", "--synthetic-train", "200", "--synthetic-test", "80", "--model", "mlp",
         "--clients", "2", "--clients-per-round", "2", "--partition", "iid", "--eval-every", "1", "--no-progress"]
@@ -89,7 +90,7 @@ def test_a_changed_helper_module_is_refused_on_resume_and_the_coverage_is_said(t
     before = _hashes(run)
     (proj / "helper36.py").write_text(HELPER.format(2.0))  # scale_of() 1.0 -> 2.0
     p = _fedalf(proj, "--resume", "--out", str(run), "--rounds", "3", "--no-progress")
-    err = p.stderr.strip()
+    err = without_deprecation(p.stderr).strip()
     assert p.returncode == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert "algorithm 'mine36:alg': its code changed since the checkpoint" in err and "helper36.py" in err, err
     assert _hashes(run) == before
@@ -138,7 +139,7 @@ def test_a_digest_made_the_old_way_resumes_when_the_file_it_covered_is_unchanged
     _forget("mine36", "helper36")
     before = _hashes(run)
     assert main(["run", "--resume", "--out", str(run), "--rounds", "4", "--no-progress"]) == 2
-    err = capsys.readouterr().err.strip()
+    err = without_deprecation(capsys.readouterr().err).strip()
     assert len(err.splitlines()) == 1 and "changed since the checkpoint" in err, err
     assert _hashes(run) == before
     _forget("mine36", "helper36")

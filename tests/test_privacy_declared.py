@@ -20,6 +20,7 @@ import pytest
 
 import fedalf_jax as fj
 from fedalf_jax.cli import main
+from helpers import without_deprecation
 
 GRADALG = '''import jax
 import fedalf_jax as fj
@@ -70,7 +71,7 @@ def test_cli_refuses_a_mechanism_on_an_algorithm_without_local_training(grad_mod
     p = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", "--algorithm", "mine_grad:gradalg", *ARGV,
                         "--ldp", "adaptive", "--epsilon", "0.5", "--out", str(out)],
                        cwd=grad_module, capture_output=True, text=True, timeout=300)
-    err = p.stderr.strip()
+    err = without_deprecation(p.stderr).strip()
     assert p.returncode == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
     for needle in ("'mine_grad:gradalg'", "local_train=False", "set local_train=True", "ldp='none'"):
         assert needle in err, err
@@ -99,7 +100,7 @@ def test_a_factory_needing_the_models_layers_is_refused_when_built_before_anythi
     out = tmp_path / "run"
     capsys.readouterr()
     code = main(["run", "--algorithm", "grad-layers", *ARGV, "--dp", "gaussian", "--epsilon", "1", "--out", str(out)])
-    err = capsys.readouterr().err.strip()
+    err = without_deprecation(capsys.readouterr().err).strip()
     # the record, written before the model's layers exist, claims nothing (the warning line says so); then the
     # one-line refusal of the algorithm built for the model
     lines = err.splitlines()

@@ -84,7 +84,7 @@ def test_a_users_algorithm_is_traced_afresh_for_every_run(tmp_path, compiles, na
     from examples import fedavgm as M
     if name == "registered":
         name = "cache38_user"
-        fj.register_algorithm(name, fj.Algorithm(name, server=M.server, upload=M.upload, private_upload=True,
+        fj.register_algorithm(name, fj.Algorithm(name, server=M.server, client=fj.local_training(), private_upload=True,
                                                  hparams={"beta": 0.9}, init_server_state=_zeros))
     loop._PROGRAMS.clear()
     _run(tmp_path, "a", algorithm=name)

@@ -175,7 +175,9 @@ def test_the_cli_prints_the_loss_mistake_as_one_line(tmp_path, capsys):
     code, err = cli(capsys, ["run", "--algorithm", "bad", "--dataset", "one_label_each", "--partition", "given",
                              "--model", "bias3", "--clients", "3", "--clients-per-round", "3", "--rounds", "1",
                              "--batch-size", "2", "--no-progress", "--out", str(tmp_path / "r")])
-    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("fedalf: warning: code digest")]
+    from helpers import without_deprecation
+    lines = [ln for ln in without_deprecation(err).strip().splitlines()
+             if not ln.startswith("fedalf: warning: code digest")]
     assert code == 2 and "Traceback" not in err and len(lines) == 1, err
     assert "local_loss's function returned float32[2]" in lines[0], err
 

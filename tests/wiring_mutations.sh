@@ -250,7 +250,7 @@ mutate fedalf_jax/privacy/accounting.py 'Q_MIN = 1e-5 ' 'Q_MIN = 0.0 ' \
   "privbound: item 15: central sampling rate unbounded" "$PB -k accountant"
 mutate fedalf_jax/config/config.py '        _check_accountable(self)' '        pass' \
   "privbound: item 15: a central config the accountant cannot account" "$PB -k accountant"
-mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is None:  # nothing checks a user's upload: the claim is its own" \
+mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and not user.hand_written:  # nothing checks a user's upload: the claim is its own" \
   '    if False:' "privbound: item 16: a declared private_upload stated as fact" "$PB -k declared"
 # issue #27 items 15 and 14: privacy accounted as the simulator samples (labels start with "privsample"),
 # tests/test_privacy_sampling.py
@@ -465,9 +465,9 @@ mutate fedalf_jax/sim/train.py '            return jax.tree_util.tree_map(lambda
   "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
 mutate fedalf_jax/runner/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])' '            at0 = at0' \
   "personal: round 0 evaluates the client states after the first chunk" "$PT -k ditto_example"
-mutate fedalf_jax/sim/default_client.py '    pen = client_fn(alg, "personal.penalty", p.penalty, theta, state, hp, bcast, facts)' \
+mutate fedalf_jax/sim/default_client.py '    pen = piece("personal.penalty", p.penalty)' \
   '    pen = None' "personal: v_i trained without its penalty" "$PT -k ditto_example"
-mutate fedalf_jax/sim/default_client.py '    v0 = client_fn(alg, "personal.start", p.start, theta, state, hp, bcast, facts)' '    v0 = client_fn(alg, "personal.start", p.start, theta, theta, hp, bcast, facts)' \
+mutate fedalf_jax/sim/default_client.py '    v0 = piece("personal.start", p.start)' '    v0 = theta' \
   "personal: v_i trained from θ, not its start" \
   "$PT -k ditto_example"
 mutate fedalf_jax/runner/columns.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
@@ -479,7 +479,7 @@ mutate fedalf_jax/sim/default_client.py '        opt = C.check_optimizer(alg, op
 mutate fedalf_jax/sim/client.py '        return jax.tree_util.tree_map(lambda a, c: jnp.where(live, c, a), carry, new)' '        return new' \
   "personal: a step past the client's examples moves the optimiser state" \
   "$PT -k local_optimizer"
-mutate fedalf_jax/sim/default_client.py '        w0 = C.check_params(alg, "local_start", start, theta)' \
+mutate fedalf_jax/sim/default_client.py '        w0 = C.check_params(alg, "local_start", piece("local_start", training.local_start), theta)' \
   '        w0 = theta' "personal: local training from θ whatever local_start says" "$PT -k local_start"
 mutate fedalf_jax/runner/build.py '    return _with_optimizer(alg, cfg.local_optimizer)' '    return alg' \
   "personal: --local-optimizer ignored" "$PT -k local_optimizer_option"
@@ -602,9 +602,9 @@ mutate fedalf_jax/runner/loop.py "        e.checkpoints = keeps  # the command's
 
 # issue 36 item 1: a mechanism the record states is applied or refused (label "priv36"), tests/test_privacy_declared.py
 PD=tests/test_privacy_declared.py
-mutate fedalf_jax/privacy/guarantee.py $'        if user is not None and not user.local_train:\n            raise ValueError' \
+mutate fedalf_jax/privacy/guarantee.py $'        if user is not None and not user.trains_locally:\n            raise ValueError' \
   $'        if False:\n            raise ValueError' "priv36: local_train=False with a mechanism accepted" "$PD -k cli_refuses"
-mutate fedalf_jax/privacy/guarantee.py $'    if not alg.local_train:\n        raise ConfigError' $'    if False:\n        raise ConfigError' \
+mutate fedalf_jax/privacy/guarantee.py $'    if not alg.trains_locally:\n        raise ConfigError' $'    if False:\n        raise ConfigError' \
   "priv36: a factory needing layer_of with local_train=False accepted" "$PD -k layers"
 mutate fedalf_jax/privacy/guarantee.py "        if user.public_aux:  # its" "        if False:  # its" \
   "priv36: public_aux's declaration not named" "$PD -k declarations"
@@ -635,7 +635,8 @@ mutate examples/fedrep.py '(count < hp.own["head_steps"])' '(count <= hp.own["he
   "client37: fedrep: one head step too many" "$CX -k fedrep"
 mutate examples/apfl.py 'jnp.clip(personal["alpha"], 0.0, 1.0)' 'personal["alpha"]' \
   "client37: apfl: α not clipped to [0, 1]" "$CX -k apfl_matches"
-mutate examples/fedbn.py 'client_collections=("batch_stats",),' '' \
+mutate examples/fedbn.py 'upload=upload,
+                                 client_collections=("batch_stats",)),' 'upload=upload),' \
   "client37: fedbn: batch statistics averaged, not kept per client" "$CX -k fedbn_matches"
 mutate examples/moon.py "con = jnp.logaddexp(pos, neg) - pos" "con = jnp.logaddexp(pos, neg) - neg" \
   "client37: moon: the previous model's z taken as the positive" "$CX -k moon_matches"
@@ -654,8 +655,8 @@ mutate fedalf_jax/sim/client.py $'    if local_loss is not None:\n        from .
   $'    if False:\n        from .algorithms import Batch' "contract37: local_loss never called" "$CB -k propfair"
 mutate fedalf_jax/problem/models.py "        return out[0], out[1]" "        return out[0], out[0]" \
   "contract37: the logits passed as the features" "$CB -k features"
-mutate fedalf_jax/sim/default_client.py "alg.client_kwargs(alg.local_optimizer, bcast, facts, hp=hp)" \
-  "alg.client_kwargs(alg.local_optimizer, bcast, facts)" "contract37: local_optimizer without hp" "$CB -k local_optimizer"
+mutate fedalf_jax/sim/default_client.py "alg.client_kwargs(alg.local_optimizer, ctx.broadcast, ctx.facts, hp=ctx.hp)" \
+  "alg.client_kwargs(alg.local_optimizer, ctx.broadcast, ctx.facts)" "contract37: local_optimizer without hp" "$CB -k local_optimizer"
 mutate fedalf_jax/sim/contract.py "        sig.bind(*args, **kw)" "        pass" \
   "contract37: a signature that does not fit goes unchecked" "$CB -k penalty_batch"
 mutate fedalf_jax/runner/rundir.py "        if _without_seen(like, leaves, want):" "        if False:" \
@@ -764,7 +765,7 @@ mutate fedalf_jax/sim/program.py $'        C.check_carry(alg, new, carry)\n     
   "client48: step's carry unchecked (a JAX traceback)" "$CP -k mistake"
 mutate fedalf_jax/sim/contract.py $'    check_arrays(fn, "Δ_i", delta)\n    check_like(fn, "Δ_i", delta, theta, expected="shaped like the params θ")' \
   '    check_arrays(fn, "Δ_i", delta)' "client48: final's Δ_i unchecked (a JAX traceback)" "$CP -k mistake"
-mutate fedalf_jax/sim/algorithms.py "    if given:" "    if False:" \
+mutate fedalf_jax/sim/algorithms.py "    if given and alg.client.training is None:" "    if False:" \
   "client48: client= beside upload/penalty silently drops them" "$CP -k beside"
 mutate examples/pfedme.py 'w, v = carry["w"], carry["personal"]' 'w, v = carry["w"], carry["w"]' \
   "client48: pFedMe's θ̃ restarts from w every step" "$CP -k pfedme"
@@ -1044,9 +1045,9 @@ mutate fedalf_jax/sim/program.py "        if local_mech:  # a raw Δ_i would lea
 # (retired: "a program's Δ_i unclipped under --dp central": one line of program_client clips every client's
 # upload, the default's and a program's, so its test, which compares the two, cannot see it; "central: uploads
 # not clipped" guards that line)
-mutate fedalf_jax/privacy/guarantee.py "        if not user.private_upload and user.client is None:" "        if not user.private_upload:" \
+mutate fedalf_jax/privacy/guarantee.py "        if not user.private_upload and not user.hand_written:" "        if not user.private_upload:" \
   "priv48: a Reveal's record needs a private_upload declaration (does not hold)" "$CPP -k record"
-mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.client is not None and user.public_aux:" \
+mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.hand_written and user.public_aux:" \
   "    if False:" "priv48: a program's public aux headlined without naming its declaration" "$CPP -k record"
 mutate fedalf_jax/runner/build.py $'    check_program_run(spec)\n    check_features(cfg, spec)' "    check_features(cfg, spec)" \
   "priv48: a program on a batch-statistics model refused only once the round is traced" "tests/test_client_program.py -k batch_statistics"

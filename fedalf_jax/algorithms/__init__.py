@@ -16,6 +16,7 @@ from ..sim.algorithms import (CLIENT_COLLECTIONS, DUAL_FROM, FAIR_NORMS, LOCAL_O
                               local_optimizer, make_admm_upload, make_fair_server, mean_server, model_upload,
                               prox_penalty, qfedavg_server, scaled_model_upload, weighted_mean_server,
                               zeros_like_params)
+from ..sim.default_client import local_training
 from .declare import GENERIC, USER, Declares, Option
 from .fedadmm import fedadmm
 from .fedalf import fedalf
@@ -38,7 +39,7 @@ def declared(name: str) -> Declares:
 __all__ = [
     "BUILTINS", "FACTORIES", "declared", "Declares", "Option", "GENERIC", "USER",
     "fedavg", "fedprox", "qfedavg", "fedadmm", "fedlf", "fedalf",
-    "Algorithm", "Batch", "ClientFacts", "ClientProgram", "HParams", "OwnHParams", "Personal", "ServerIn",
+    "local_training", "Algorithm", "Batch", "ClientFacts", "ClientProgram", "HParams", "OwnHParams", "Personal", "ServerIn",
     "CLIENT_COLLECTIONS", "DUAL_FROM", "FAIR_NORMS", "LOCAL_OPTIMIZERS", "RESERVED_HPARAMS", "SERVER_INFO",
     "SERVER_KEY", "SERVER_TARGETS", "admm_penalty", "cross_entropy", "history_rows", "local_optimizer",
     "make_admm_upload", "make_fair_server", "mean_server", "model_upload", "prox_penalty", "qfedavg_server",

@@ -7,13 +7,27 @@ of the uploads. ``server_target`` says what a client uploads, ``dual_from`` what
 from __future__ import annotations
 
 from ..sim.algorithms import Algorithm, admm_penalty, make_admm_upload, mean_server, zeros_like_params
+from ..sim.default_client import local_training
 from .declare import Declares, Option
 
 
 def fedadmm(*, server_target: str = "model", dual_from: str = "local") -> Algorithm:
     """FedADMM: ADMM local objective and dual, ``θ ← θ − η_g mean_i Δ_i``."""
-    return Algorithm("fedadmm", server=mean_server, upload=make_admm_upload(server_target, dual_from),
-                     penalty=admm_penalty, init_client_state=zeros_like_params)
+    return Algorithm("fedadmm", server=mean_server, client=admm_client(server_target, dual_from),
+                     init_client_state=zeros_like_params)
+
+
+def admm_client(server_target: str, dual_from: str):
+    """The ADMM client (FedADMM's and FedALF's): local training on the augmented Lagrangian
+    ``f_i(w) + ⟨λ_i, w − θ⟩ + ρ/2 ‖w − θ‖²``, then the dual update and the upload of :func:`make_admm_upload`."""
+    rule = make_admm_upload(server_target, dual_from)
+
+    def lagrangian(ctx):
+        return admm_penalty(ctx.theta, ctx.state, ctx.hp)
+
+    def upload(ctx, w, w_tilde):
+        return rule(ctx.theta, w, w_tilde, ctx.state, ctx.hp, ctx.lr)
+    return local_training(penalty=lagrangian, upload=upload)
 
 
 def upload_privacy(cfg) -> tuple[bool, str]:

@@ -3,9 +3,9 @@ and FedLF's layer-wise fair server; LDP-FedALF is FedALF under a local mechanism
 
 from __future__ import annotations
 
-from ..sim.algorithms import Algorithm, admm_penalty, make_admm_upload, make_fair_server, zeros_like_params
+from ..sim.algorithms import Algorithm, make_fair_server, zeros_like_params
 from .declare import Declares, Option
-from .fedadmm import ADMM_OPTIONS, upload_privacy
+from .fedadmm import ADMM_OPTIONS, admm_client, upload_privacy
 from .fedlf import FAIR_OPTIONS, FAIR_WORK
 
 
@@ -14,8 +14,8 @@ def fedalf(layer_of, *, server_target: str = "increment", dual_from: str = "loca
     """FedALF: FedADMM's clients and upload, FedLF's fair server."""
     server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
                                           fair_norm=fair_norm, history_tau=history_tau)
-    return Algorithm("fedalf", server=server, upload=make_admm_upload(server_target, dual_from),
-                     penalty=admm_penalty, needs_loss=True, init_client_state=zeros_like_params,
+    return Algorithm("fedalf", server=server, client=admm_client(server_target, dual_from),
+                     needs_loss=True, init_client_state=zeros_like_params,
                      init_server_state=init_state,
                      needs_noise_var=fair_norm == "denoised")
 

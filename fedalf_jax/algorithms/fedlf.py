@@ -6,6 +6,7 @@ upload's (docs/algorithms.md §3.2), with the history rows of recently seen clie
 from __future__ import annotations
 
 from ..sim.algorithms import Algorithm, make_fair_server, scaled_model_upload
+from ..sim.default_client import local_training
 from .declare import Declares, Option, option
 
 
@@ -17,8 +18,13 @@ def fedlf(layer_of, *, client_grad: str = "full", history: bool = True, merge_to
         raise ValueError(f"unknown client_grad {client_grad!r}; use 'full' or 'local'")
     server, init_state = make_fair_server(layer_of, history=history, merge_tol=merge_tol, qp_method=qp_method,
                                           fair_norm=fair_norm, history_tau=history_tau)
-    return Algorithm("fedlf", server=server, upload=scaled_model_upload, local_train=client_grad == "local",
-                     needs_loss=True, init_server_state=init_state, needs_noise_var=fair_norm == "denoised")
+    client = local_training(full_gradient=True) if client_grad == "full" else local_training(upload=scaled_upload)
+    return Algorithm("fedlf", server=server, client=client, needs_loss=True, init_server_state=init_state, needs_noise_var=fair_norm == "denoised")
+
+
+def scaled_upload(ctx, w, w_tilde):
+    """``Δ_i = (θ − w̃_i)/η_l``, the client's state unchanged."""
+    return scaled_model_upload(ctx.theta, w, w_tilde, ctx.state, ctx.hp, ctx.lr)
 
 
 # the fair server's options (FedALF's server is this one: it declares the same)

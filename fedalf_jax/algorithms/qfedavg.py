@@ -3,13 +3,14 @@ step from the clients' ``h_i`` (so ``server_lr`` is never read); ``q`` from the 
 
 from __future__ import annotations
 
-from ..sim.algorithms import Algorithm, model_upload, qfedavg_server
+from ..sim.algorithms import Algorithm, qfedavg_server
+from ..sim.default_client import local_training
 from .declare import Declares, Option
 
 
 def qfedavg() -> Algorithm:
     """q-FFL / qFedAvg with ``q`` from the hyper-parameters."""
-    return Algorithm("qfedavg", server=qfedavg_server, upload=model_upload, needs_loss=True, private_upload=True)
+    return Algorithm("qfedavg", server=qfedavg_server, client=local_training(), needs_loss=True, private_upload=True)
 
 
 def _ignores(cfg) -> dict:

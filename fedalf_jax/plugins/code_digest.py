@@ -106,7 +106,10 @@ def targets(obj) -> list:
     if isinstance(obj, Algorithm):
         out = [t for f in dataclasses.fields(obj) if callable(v := getattr(obj, f.name)) for t in targets(v)]
         if obj.client is not None:  # a client program (a NamedTuple, not callable itself): its functions
-            out += [t for f in obj.client if f is not None for t in targets(f)]
+            out += [t for f in obj.client if callable(f) for t in targets(f)]
+            training = obj.client.training  # fj.local_training's pieces (the program's own functions are generic)
+            for f in training or ():
+                out += [t for g in (f if isinstance(f, tuple) else (f,)) if callable(g) for t in targets(g)]
         return out
     if isinstance(obj, functools.partial):
         return targets(obj.func)

@@ -170,9 +170,9 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
             return False, (f"algorithm {cfg.algorithm!r}'s factory cannot be built without the model's layers "
                            f"(layer_of), so its private_upload declaration is not read here and the mechanism's "
                            f"guarantee is not claimed for what it uploads")
-        if not user.local_train:  # refused by validate_privacy; never claimed whatever calls this
+        if not user.trains_locally:  # refused by validate_privacy; never claimed whatever calls this
             return False, _no_local_train(cfg.algorithm)
-        if not user.private_upload and user.client is None:  # a client program's upload is the round's: θ − w̃
+        if not user.private_upload and not user.hand_written:  # a client program's upload is the round's: θ − w̃
             return False, (f"algorithm {cfg.algorithm!r} does not declare private_upload=True (that its upload is "
                            f"a function of the mechanism's output w̃_i and public values only), so nothing says "
                            f"the mechanism's guarantee covers what it uploads")
@@ -189,7 +189,7 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
         return False, (f"ldp=ldp_fl at epsilon={cfg.epsilon:g} >= {ADAPTIVE_EXACT_EPSILON}: in float32 the probability "
                        f"1/(e^epsilon+1) of an extreme weight's other output rounds to 0, so no finite epsilon bounds "
                        f"the ratio of the output probabilities")
-    if cfg.algorithm not in ALGORITHMS and user.client is not None:  # a client program: the round computes Δ_i
+    if cfg.algorithm not in ALGORITHMS and user.hand_written:  # a client program: the round computes Δ_i
         upload = (f"algorithm {cfg.algorithm!r}'s client program reveals its trained params through fj.Reveal, and "
                   f"the round itself uploads Δ_i = θ_t − w̃_i, the mechanism's output w̃_i of those params (a "
                   f"program whose final returns Δ_i itself is refused under a mechanism while the round is traced)")
@@ -211,12 +211,12 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
         short = f", short of the nominal epsilon={cfg.epsilon:g}" if exact > cfg.epsilon * (1 + 1e-9) else ""
         what = (f"(ε, δ)-DP at epsilon={exact:.3g}, delta={cfg.delta:g} under {cfg.neighbouring}, by exact "
                 f"analytic-Gaussian accounting{short}")
-    if cfg.algorithm not in ALGORITHMS and user.client is not None and user.public_aux:
+    if cfg.algorithm not in ALGORITHMS and user.hand_written and user.public_aux:
         return True, (f"{upload}; its auxiliary upload ServerIn.aux rests on the algorithm's own declaration, not on "
                       f"a check, that it is a function of public values only (public_aux=True; final does not see "
                       f"w̃_i); if that is true, by post-processing the mechanism's guarantee holds for one upload "
                       f"per round ({what}); nothing composes it over rounds")
-    if cfg.algorithm not in ALGORITHMS and user.client is None:  # nothing checks a user's upload: the claim is its own
+    if cfg.algorithm not in ALGORITHMS and not user.hand_written:  # nothing checks a user's upload: the claim is its own
         which, true = ("declarations", "those declarations are") if user.public_aux else ("declaration",
                                                                                          "that declaration is")
         return True, (f"this rests on the algorithm's own {which}, not on a check: {upload}; if {true} "
@@ -260,7 +260,7 @@ def check_applied(cfg: PrivacyOptions, spec) -> None:
         return
     option, value = ("ldp", cfg.ldp) if cfg.ldp != "none" else ("dp", cfg.dp)
     alg = spec.algorithm
-    if not alg.local_train:
+    if not alg.trains_locally:
         raise ConfigError(_no_local_train(cfg.algorithm, option, value))
     read = plugin_of(cfg).algorithm if cfg.algorithm not in ALGORITHMS else None
     for name in ("private_upload", "public_aux"):
@@ -411,7 +411,7 @@ def validate_privacy(*, ldp: str | None, dp: str | None, epsilon=None, delta=Non
         raise ValueError(refused)
     if algorithm not in ALGORITHMS:  # the same for a user's algorithm (a factory needing layer_of: check_applied)
         user = (plugin if plugin is not None else resolve_plugin(algorithm)).algorithm
-        if user is not None and not user.local_train:
+        if user is not None and not user.trains_locally:
             raise ValueError(_no_local_train(algorithm, option, value))
         refused = central_refusal(algorithm, user) if dp == "central" and user is not None else None
         if refused:

@@ -48,7 +48,8 @@ def algorithm(cfg: Config, layer_of) -> A.Algorithm:
     alg = _algorithm(cfg, layer_of)
     if cfg.local_optimizer is None:
         return alg
-    if alg.local_optimizer is not None:
+    training = getattr(alg.client, "training", None)
+    if alg.local_optimizer is not None or (training is not None and training.local_optimizer is not None):
         raise ConfigError(f"local_optimizer {cfg.local_optimizer!r}: algorithm {cfg.algorithm!r} chooses its own local "
                           f"optimiser (Algorithm.local_optimizer); drop --local-optimizer, or build the algorithm "
                           f"without one")
@@ -56,7 +57,13 @@ def algorithm(cfg: Config, layer_of) -> A.Algorithm:
 
 
 def _with_optimizer(alg: A.Algorithm, name: str) -> A.Algorithm:
-    make = lambda: dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))  # noqa: E731
+    if getattr(alg.client, "training", None) is not None:  # fj.local_training's: its optimiser, from ctx.lr
+        from ..sim.default_client import program_of
+        opt = A.local_optimizer(name)
+        client = program_of(alg.client.training._replace(local_optimizer=lambda ctx: opt(ctx.lr)))
+        make = lambda: dataclasses.replace(alg, client=client)  # noqa: E731
+    else:
+        make = lambda: dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))  # noqa: E731
     if _REUSABLE.get(id(alg)) is not alg:  # a user's algorithm: afresh
         return make()
     return _built_once(("optimizer", id(alg), name), make)

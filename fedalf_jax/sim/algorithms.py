@@ -114,6 +114,7 @@ class Batch(NamedTuple):
     * ``step``: int32, this local step's index over the round's epochs (0, 1, ..., ``facts.steps`` − 1).
     * ``w``: for ``Personal.local_loss``, the params of the global copy ``w`` at this step (its gradient
       is stopped); ``None`` for ``Algorithm.local_loss``.
+
     :func:`cross_entropy` is the round's default loss on a batch."""
 
     x: Any
@@ -141,11 +142,13 @@ class ClientProgram(NamedTuple):
     ``step(carry, batch, ctx) -> carry`` once per local minibatch step, ``final(carry, ctx) -> (Δ_i, new
     state[, aux])`` or ``fj.Reveal(w, new state[, aux])`` (the model it reveals: the round privatises it and
     uploads ``θ − w̃``; the form that runs under a privacy mechanism). ``step=None``: no local steps (the client's work is in ``init``/``final``, e.g. a data
-    pass)."""
+    pass). ``training``: the pieces of a :func:`fj.local_training <fedalf_jax.sim.default_client.local_training>`
+    program (the round builds it from them once per client); ``None`` for a program written by hand."""
 
     init: Callable
     step: Optional[Callable]
     final: Callable
+    training: Any = None
 
 
 class ClientFacts(NamedTuple):
@@ -264,9 +267,10 @@ class Algorithm:
     def __post_init__(self):
         object.__setattr__(self, "hparams", _own_hparams(self.name, self.hparams))
         _check_client_program(self)
+        _warn_old_client_fields(self)
         cols = (self.client_collections,) if isinstance(self.client_collections, str) else self.client_collections
         object.__setattr__(self, "client_collections", tuple(cols))
-        bad = [c for c in self.client_collections if c not in CLIENT_COLLECTIONS]
+        bad = [c for c in self.collections if c not in CLIENT_COLLECTIONS]
         if bad:
             from ..runtime.errors import ConfigError as error  # as contract.error makes it; contract imports this module
             raise error(f"algorithm {self.name!r}: client_collections {bad} are not model collections the round "
@@ -289,6 +293,27 @@ class Algorithm:
             kw["facts"] = facts
         kw.update({k: v for k, v in more.items() if _takes(fn, k)})
         return kw
+
+    @property
+    def collections(self) -> tuple:
+        """The model collections the round keeps per client: ``fj.local_training``'s ``client_collections`` (or
+        the old field's)."""
+        training = getattr(self.client, "training", None)
+        return training.client_collections if training is not None and not self.client_collections \
+            else self.client_collections
+
+    @property
+    def trains_locally(self) -> bool:
+        """The client trains a model locally (it reveals one a privacy mechanism can perturb): not a
+        ``full_gradient`` (old ``local_train=False``) client."""
+        training = getattr(self.client, "training", None)
+        return self.local_train and (training is None or not training.full_gradient)
+
+    @property
+    def hand_written(self) -> bool:
+        """The client is a program written by hand (the round computes its upload from a ``fj.Reveal``), not
+        local training (``fj.local_training``, or the old fields), whose upload is the algorithm's own."""
+        return self.client is not None and self.client.training is None
 
     @property
     def keeps_seen(self) -> bool:
@@ -317,14 +342,41 @@ def _check_client_program(alg: "Algorithm") -> None:
         raise error(f"algorithm {alg.name!r}: client is a {type(alg.client).__name__}; expected "
                     f"fj.ClientProgram(init, step, final)")
     for k, f in zip(ClientProgram._fields, alg.client):
+        if k == "training":
+            continue
         if not callable(f) and not (k == "step" and f is None):
             raise error(f"algorithm {alg.name!r}: client.{k} is a {type(f).__name__}; expected a function")
+    given = _old_client_fields(alg)
+    if given and alg.client.training is None:  # fj.local_training's program takes them (0.1 code replacing fields)
+        raise error(f"algorithm {alg.name!r} has a client program and also {', '.join(given)}, which belong to the "
+                    f"default client; write them into the program's init, step and final, or drop client=")
+
+
+def _old_client_fields(alg: "Algorithm") -> list:
+    """The 0.1 client fields ``alg`` was given (``fj.local_training``'s pieces now)."""
     given = [k for k in ("upload", *_DEFAULT_CLIENT_FIELDS) if getattr(alg, k) is not None]
     given += ["client_collections"] if alg.client_collections else []
     given += ["local_train=False"] if not alg.local_train else []
-    if given:
-        raise error(f"algorithm {alg.name!r} has a client program and also {', '.join(given)}, which belong to the "
-                    f"default client; write them into the program's init, step and final, or drop client=")
+    return given
+
+
+_WARNED: set = set()  # (algorithm name, old fields) already warned of in this process
+DEPRECATED = "of fj.Algorithm are deprecated; give client=fj.local_training("  # the warning's text, for tests
+
+
+def _warn_old_client_fields(alg: "Algorithm") -> None:
+    """One :class:`~fedalf_jax.runtime.notices.Notice` line for an algorithm written with the 0.1 client fields,
+    naming the replacement (they keep working for a release)."""
+    given = _old_client_fields(alg)
+    if not given or (alg.name, tuple(given)) in _WARNED:  # once a process: a factory is called at every build
+        return
+    _WARNED.add((alg.name, tuple(given)))
+    import warnings
+    from ..runtime.notices import Notice
+    names = [g.split("=")[0] for g in given]
+    new = ", ".join("full_gradient=True" if g == "local_train=False" else f"{g}=" for g in given)
+    warnings.warn(f"algorithm {alg.name!r}: the client fields {', '.join(names)} {DEPRECATED}{new}) with functions of ctx instead (docs/extending.md)",
+                  Notice, stacklevel=4)
 
 
 RESERVED_HPARAMS = HParams._fields  # an algorithm's own names may not shadow these

@@ -235,7 +235,7 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     alg = spec.algorithm
     if own:
         theta_vars = {**theta_vars, **own}
-    if alg.client is not None:
+    if alg.hand_written:
         C.check_program_run(spec)
         if "batch_stats" in theta_vars:  # a model whose has_batch_stats is not set (not built by fedalf)
             raise C.error(f"algorithm {alg.name!r} has a client program, which does not yet train a model's batch "

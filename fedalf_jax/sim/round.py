@@ -121,7 +121,7 @@ def kept_per_client(alg: Algorithm, variables, num_clients: int):
     out = {}
     if alg.keeps_seen:
         out["seen"] = jnp.zeros((num_clients,), bool)
-    for c in alg.client_collections:
+    for c in alg.collections:
         if c not in variables:
             raise C.error(f"algorithm {alg.name!r} keeps the model collection {c!r} per client, but the model has "
                           f"none (its collections: {', '.join(variables)}); use a model with {c} or drop it")
@@ -154,7 +154,7 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
     client's own copies of the algorithm's ``client_collections`` (``{"batch_stats": ...}``), which it trains
     from instead of the global model's. ``index``: the client's id (``ClientFacts.index``)."""
     alg = spec.algorithm
-    if alg.client is not None:
+    if alg.hand_written:
         program = lambda ctx: alg.client  # noqa: E731
     else:
         program = functools.partial(default_program, spec)
@@ -260,7 +260,7 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
         kept = dict(kept)
         if "seen" in kept:
             kept["seen"] = kept["seen"].at[sel].set(True)
-        for c in alg.client_collections:
+        for c in alg.collections:
             kept[c] = T.put(kept[c], sel, outs.stats)
     model_c, layer_c = conflicts(spec, outs.delta, T.sub(theta, new_theta))
     metrics = {"model_conflicts": model_c, "layer_conflicts": layer_c,
@@ -296,7 +296,7 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     duals = (T.take_as(state.duals, sel, client_state_like(alg, state.variables["params"]))
              if alg.has_client_state else ())
     idx, n = data.train_idx[sel], data.train_n[sel]
-    own = {c: T.take(state.clients[c], sel) for c in alg.client_collections}  # each client's own collections
+    own = {c: T.take(state.clients[c], sel) for c in alg.collections}  # each client's own collections
 
     def one(pc, sh):
         variables, hp_, t, x, y, bcast = sh

@@ -64,7 +64,7 @@ def _eval_personal(spec: RoundSpec):
         theta = variables["params"]
         like = client_state_like(alg, theta) if alg.has_client_state else ()
         stats = variables.get("batch_stats")
-        own = "batch_stats" in alg.client_collections
+        own = "batch_stats" in alg.collections
 
         def params_of(st, seen):
             st = jax.tree_util.tree_map(lambda s, l: s.astype(l.dtype), st, like)
