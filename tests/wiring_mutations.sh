@@ -1292,4 +1292,6 @@ mutate fedalf_jax/api.py "        return sampled_clients(self.config.clients, se
 mutate fedalf_jax/sim/client.py "    u = jax.vmap(lambda p: jax.random.uniform(jax.random.fold_in(key, p)))(pos)" \
   "    u = jax.vmap(lambda p: jax.random.uniform(jax.random.fold_in(key, p + 1)))(pos)" \
   "client56: the epoch's order is not the documented one" "tests/test_minibatch_order.py"
+mutate examples/fedmdfg.py "    active = (angle > theta_fair) | force" "    active = force" \
+  "fedmdfg59: fair guidance never turned on by the loss angle" "tests/test_fedmdfg.py -k matches"
 exit $status
