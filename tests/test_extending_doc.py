@@ -41,17 +41,28 @@ def test_reserved_names_are_every_hparams_field():
     assert set(re.findall(r"`(\w+)`", m.group(1))) == set(fj.HParams._fields)
 
 
-def test_every_optional_field_is_shown_as_a_special_case():
-    """Each optional field of fj.Algorithm (all but name, server, client) heads a bullet of "The optional fields as
-    special cases" before the default client's reference."""
-    sec = _section("## The optional fields as special cases", "### The default client's fields")
+def _bold_heads(sec: str) -> set:
     heads = set()
-    for bold in re.findall(r"^- \*\*(.*?)\*\*", sec, re.M):
-        heads |= set(re.findall(r"`(\w+)", bold))
-    for bold in re.findall(r"^- \*\*`\w+`\*\*, \*\*(.*?)\*\*", sec, re.M):  # "- **`metrics`**, **`hparams`**"
-        heads |= set(re.findall(r"`(\w+)", bold))
+    for line in re.findall(r"^- (\*\*.*)$", sec, re.M):
+        for bold in re.findall(r"\*\*(.*?)\*\*", line):
+            heads |= set(re.findall(r"`(\w+)", bold))
+    return heads
+
+
+def test_every_piece_and_field_is_documented():
+    """Each parameter of ``fj.local_training`` heads a bullet of "Local training", and each field of
+    ``fj.Algorithm`` that is not a 0.1 client field (nor name, server, client) heads one of "The algorithm's
+    other fields"; the 0.1 fields are each named in "Code written for 0.1"."""
+    import inspect
+    local = _section("## Local training", "## The server side")
+    assert set(inspect.signature(fj.local_training).parameters) - _bold_heads(local) == set()
+    old = {"upload", "penalty", "local_loss", "local_start", "local_optimizer", "personal", "client_collections",
+           "local_train"}
+    other = _section("**The algorithm's other fields**", "## Names")
     fields = {f.name for f in dataclasses.fields(fj.Algorithm)} - {"name", "server", "client"}
-    assert fields - heads == set()
+    assert old <= fields and fields - old - _bold_heads(other) == set()
+    legacy = " ".join(_section("**Code written for 0.1.**", "## The server side").split())
+    assert all(f"`{f}`" in legacy or f"`{f}=False`" in legacy for f in old)
 
 
 def test_the_smallest_algorithm_is_fedavg_bit_for_bit():
