@@ -56,11 +56,6 @@ import jax.numpy as jnp
 import fedalf_jax as fj
 
 
-def upload(theta, w, w_tilde, state, hp, lr_t):
-    """Δ_i = θ − w̃_i (FedAvg's upload)."""
-    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), state
-
-
 def init_server_state(params, num_clients):
     """Per client: the expected loss E_i and the participation count c_i."""
     return jnp.zeros((num_clients,), jnp.float32), jnp.zeros((num_clients,), jnp.float32)
@@ -134,6 +129,6 @@ def server(s: fj.ServerIn):
 
 
 def fedmdfg() -> fj.Algorithm:
-    return fj.Algorithm("fedmdfg", server=server, upload=upload, needs_loss=True, private_upload=True,
+    return fj.Algorithm("fedmdfg", server=server, client=fj.local_training(), needs_loss=True, private_upload=True,
                         init_server_state=init_server_state, hparams={"theta": 11.25},
                         metrics=("fair_active", "loss_angle"))
