@@ -463,14 +463,14 @@ mutate examples/fedadam.py 'jnp.where(s.t == 0, jnp.square(tau).astype(x.dtype),
 PT=tests/test_personal.py
 mutate fedalf_jax/sim/train.py '            return jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), mine, theta)' '            return theta' \
   "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
-mutate fedalf_jax/runner/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1])' '            at0 = at0' \
+mutate fedalf_jax/runner/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1], sstate=duals0[2],' '            at0 = at0 if True else at0._replace(duals=duals0[0], clients=duals0[1], sstate=duals0[2],' \
   "personal: round 0 evaluates the client states after the first chunk" "$PT -k ditto_example"
 mutate fedalf_jax/sim/default_client.py '    pen = piece("personal.penalty", p.penalty)' \
   '    pen = None' "personal: v_i trained without its penalty" "$PT -k ditto_example"
 mutate fedalf_jax/sim/default_client.py '    v0 = piece("personal.start", p.start)' '    v0 = theta' \
   "personal: v_i trained from θ, not its start" \
   "$PT -k ditto_example"
-mutate fedalf_jax/runner/columns.py '    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]' \
+mutate fedalf_jax/runner/columns.py '    return [*(PERSONAL_KEYS if alg.evaluates_own else ()), *alg.metrics, *avg]' \
   '    return [*alg.metrics, *avg]' "personal: metrics.csv without the personal columns" "$PT -k ditto_example"
 mutate fedalf_jax/reporting/tables.py '    if mine:  # an algorithm with a personal_model' '    if False:  # an algorithm with a personal_model' \
   "personal: the report leaves out the personalised models" "$PT -k ditto_example"
@@ -1009,7 +1009,7 @@ mutate fedalf_jax/privacy/guarantee.py '    if alg.public_aux is not None:' '   
 mutate fedalf_jax/privacy/guarantee.py '"sensitivity": f"{central_sensitivity_of(cfg.algorithm)} x server_lr x clip"' \
   '"sensitivity": f"{CENTRAL_SENSITIVITY.get(cfg.algorithm)} x server_lr x clip"' \
   "cdp48: the record's sensitivity of a user's algorithm reads None" "$CU -k fedprox"
-mutate fedalf_jax/privacy/guarantee.py '            if alg is not None and alg.personal_model is not None:' '            if False:' \
+mutate fedalf_jax/privacy/guarantee.py '            if alg is not None and alg.evaluates_own:' '            if False:' \
   "cdp48: the personal models are not listed as outside central DP" "$CU -k personal"
 # end cdp48
 
@@ -1064,9 +1064,9 @@ mutate examples/scaffold1.py "x / ctx.facts.n.astype(x.dtype)" "x / 5.0" \
 XD=tests/test_extending_doc.py
 mutate docs/extending.md '`clip`, `noise_multiplier` and `own`' '`clip` and `own`' \
   "doc48: the reserved own hyper-parameter names omit noise_multiplier" "$XD -k reserved"
-mutate docs/extending.md '- **`local_start(theta, state, hp) -> params`** is `init`' '- local_start is `init`' \
-  "doc48: an optional field without its special case" "$XD -k special_case"
-mutate docs/extending.md '      return optax.apply_updates(w, updates), s' '      return w, s' \
+mutate docs/extending.md '- **`local_start(ctx) -> params`**:' '- local_start:' \
+  "doc48: a piece of fj.local_training without its bullet" "$XD -k documented"
+mutate docs/extending.md '    return optax.apply_updates(w, updates), s' '    return w, s' \
   "doc48: the optimiser-in-the-carry block does not step" "$XD -k local_optimizer_as_a_carry"
 # end doc48
 
@@ -1294,4 +1294,8 @@ mutate fedalf_jax/sim/client.py "    u = jax.vmap(lambda p: jax.random.uniform(j
   "client56: the epoch's order is not the documented one" "tests/test_minibatch_order.py"
 mutate examples/fedmdfg.py "    active = (angle > theta_fair) | force" "    active = force" \
   "fedmdfg59: fair guidance never turned on by the loss angle" "tests/test_fedmdfg.py -k matches"
+mutate fedalf_jax/sim/train.py "        t = jnp.asarray(run.round, jnp.int32)" "        t = jnp.asarray(run.round + 1, jnp.int32)" \
+  "eval56: client.evaluate's ctx.t is not the rounds done" "tests/test_eval_hook.py -k evaluated_with"
+mutate fedalf_jax/runner/loop.py $'sstate=duals0[2],\n                                                          round=duals0[3])' "sstate=duals0[2])" \
+  "eval56: round 0's evaluation hook sees the round after it" "tests/test_eval_hook.py -k evaluated_with"
 exit $status

@@ -329,7 +329,7 @@ def privacy_not_covered(cfg: PrivacyOptions) -> list[str]:
                "covers the released global models, not the uploads"]
         if cfg.algorithm not in ALGORITHMS:
             alg = plugin_of(cfg).algorithm
-            if alg is not None and alg.personal_model is not None:
+            if alg is not None and alg.evaluates_own:
                 out.append(f"{_PERSONAL_NOT_COVERED}: each client's own model, kept on the client and evaluated "
                            f"un-noised (central DP covers the global models only)")
         return out

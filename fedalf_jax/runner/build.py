@@ -60,7 +60,7 @@ def _with_optimizer(alg: A.Algorithm, name: str) -> A.Algorithm:
     if getattr(alg.client, "training", None) is not None:  # fj.local_training's: its optimiser, from ctx.lr
         from ..sim.default_client import program_of
         opt = A.local_optimizer(name)
-        client = program_of(alg.client.training._replace(local_optimizer=lambda ctx: opt(ctx.lr)))
+        client = program_of(alg.client.training._replace(local_optimizer=lambda ctx: opt(ctx.lr)), alg.client.evaluate)
         make = lambda: dataclasses.replace(alg, client=client)  # noqa: E731
     else:
         make = lambda: dataclasses.replace(alg, local_optimizer=A.local_optimizer(name))  # noqa: E731

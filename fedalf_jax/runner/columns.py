@@ -52,7 +52,7 @@ def extra_columns(alg, cfg=None) -> list[str]:
     if clash:
         raise ConfigError(f"the algorithm's metric name {clash[0]!r} is one of fedalf's personalised-model or "
                           f"averaged-iterate (avg_*) columns; rename it in Algorithm(metrics=...)")
-    return [*(PERSONAL_KEYS if alg.personal_model is not None else ()), *alg.metrics, *avg]
+    return [*(PERSONAL_KEYS if alg.evaluates_own else ()), *alg.metrics, *avg]
 
 
 def metric_columns(num_clients: int, extra: Iterable[str] = ()) -> list[str]:

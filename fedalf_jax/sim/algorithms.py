@@ -142,12 +142,17 @@ class ClientProgram(NamedTuple):
     ``step(carry, batch, ctx) -> carry`` once per local minibatch step, ``final(carry, ctx) -> (Δ_i, new
     state[, aux])`` or ``fj.Reveal(w, new state[, aux])`` (the model it reveals: the round privatises it and
     uploads ``θ − w̃``; the form that runs under a privacy mechanism). ``step=None``: no local steps (the client's work is in ``init``/``final``, e.g. a data
-    pass). ``training``: the pieces of a :func:`fj.local_training <fedalf_jax.sim.default_client.local_training>`
-    program (the round builds it from them once per client); ``None`` for a program written by hand."""
+    pass). ``evaluate(ctx) -> params``: the model each client is evaluated with, beside the global one, at
+    every evaluation, for every client (sampled or not), from the same ``ctx`` (θ, its state, the broadcast,
+    ``apply``, the data pass over its training examples; ``ctx.t`` the rounds done): a fine-tune, a cluster's
+    model, an adaptation from θ; in place of ``Algorithm.personal_model``. ``training``: the pieces of a
+    :func:`fj.local_training <fedalf_jax.sim.default_client.local_training>` program (the round builds it from
+    them once per client); ``None`` for a program written by hand."""
 
     init: Callable
     step: Optional[Callable]
     final: Callable
+    evaluate: Optional[Callable] = None
     training: Any = None
 
 
@@ -316,6 +321,11 @@ class Algorithm:
         return self.client is not None and self.client.training is None
 
     @property
+    def evaluates_own(self) -> bool:
+        """Each evaluation also evaluates every client's own model: ``client.evaluate`` or ``personal_model``."""
+        return self.personal_model is not None or (self.client is not None and self.client.evaluate is not None)
+
+    @property
     def keeps_seen(self) -> bool:
         """The round keeps which clients were ever sampled (``personal_model``'s rule for the others)."""
         return self.personal_model is not None
@@ -344,8 +354,11 @@ def _check_client_program(alg: "Algorithm") -> None:
     for k, f in zip(ClientProgram._fields, alg.client):
         if k == "training":
             continue
-        if not callable(f) and not (k == "step" and f is None):
+        if not callable(f) and not (k in ("step", "evaluate") and f is None):
             raise error(f"algorithm {alg.name!r}: client.{k} is a {type(f).__name__}; expected a function")
+    if alg.client.evaluate is not None and alg.personal_model is not None:
+        raise error(f"algorithm {alg.name!r} has both client.evaluate and personal_model, two ways to name the model "
+                    f"each client is evaluated with; keep client.evaluate(ctx) (it sees the state, θ and the data)")
     given = _old_client_fields(alg)
     if given and alg.client.training is None:  # fj.local_training's program takes them (0.1 code replacing fields)
         raise error(f"algorithm {alg.name!r} has a client program and also {', '.join(given)}, which belong to the "

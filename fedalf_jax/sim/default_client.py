@@ -48,7 +48,8 @@ class LocalTraining(NamedTuple):
 
 
 def local_training(*, penalty=None, local_loss=None, local_optimizer=None, local_start=None, personal=None,
-                   client_collections=(), upload=None, full_gradient: bool = False) -> ClientProgram:
+                   client_collections=(), upload=None, full_gradient: bool = False,
+                   evaluate=None) -> ClientProgram:
     """The client that trains a copy of θ locally (FedAvg's, and every variation of it): a
     :class:`ClientProgram` for ``fj.Algorithm(name, server=..., client=fj.local_training(...))``. Named for what it
     does, not for an optimiser: its steps are plain SGD ``w − η_l g`` unless ``local_optimizer`` gives another,
@@ -68,7 +69,9 @@ def local_training(*, penalty=None, local_loss=None, local_optimizer=None, local
     * ``upload(ctx, w, w_tilde[, v]) -> (Δ_i, new state[, aux])``: from the trained ``w`` and ``w̃``, what the run's
       privacy mechanism made of it (``w`` itself without one); ``None``: ``Δ_i = θ − w̃``, the state unchanged;
     * ``full_gradient=True``: no local step; the client sends ``∇f_i(θ_t)`` and ``f_i(θ_t)`` over its whole split
-      (FedSGD, FedLF's ``client_grad="full"``), which no privacy mechanism accepts; no other piece applies."""
+      (FedSGD, FedLF's ``client_grad="full"``), which no privacy mechanism accepts; no other piece applies;
+    * ``evaluate(ctx) -> params``: the model each client is evaluated with at every evaluation
+      (:class:`ClientProgram`'s ``evaluate``)."""
     given = {k: v for k, v in dict(penalty=penalty, local_loss=local_loss, local_optimizer=local_optimizer,
                                    local_start=local_start, personal=personal, upload=upload).items() if v is not None}
     cols = (client_collections,) if isinstance(client_collections, str) else tuple(client_collections)
@@ -84,15 +87,17 @@ def local_training(*, penalty=None, local_loss=None, local_optimizer=None, local
     if full_gradient and (given or cols):
         raise C.error(f"fj.local_training(full_gradient=True) trains nothing locally, so {', '.join([*given, *(['client_collections'] if cols else [])])} "
                       f"would not be used; drop them or full_gradient")
+    if evaluate is not None and not callable(evaluate):
+        raise C.error(f"fj.local_training: evaluate is a {type(evaluate).__name__}; expected a function of ctx")
     return program_of(LocalTraining(penalty, local_loss, local_optimizer, local_start, personal, cols, upload,
-                                    bool(full_gradient)))
+                                    bool(full_gradient)), evaluate)
 
 
-def program_of(training: LocalTraining) -> ClientProgram:
+def program_of(training: LocalTraining, evaluate=None) -> ClientProgram:
     """The :class:`ClientProgram` of ``training``: the round runs it through :func:`bind` (once per client); its own
     ``init``/``step``/``final`` say so in one line when called by hand."""
     return ClientProgram(not_by_hand, None if training.full_gradient else not_by_hand, not_by_hand,
-                         training=training)
+                         evaluate=evaluate, training=training)
 
 
 def not_by_hand(*_):

@@ -39,12 +39,16 @@ class ChunkOut(NamedTuple):
     eval: EvalOut    # after the chunk's last round
 
 
-def evaluate(spec: RoundSpec, variables, data: ClientData, states=(), kept=()) -> EvalOut:
+def evaluate(spec: RoundSpec, variables, data: ClientData, states=(), kept=(), run=None, hp=None) -> EvalOut:
     """Accuracy and loss of ``variables`` on every client's test split. Under ``vmap`` over runs it is
     mapped as the round's clients are (:func:`_eval`). With ``Algorithm.personal_model``, also each
     client's own model, read from its state in ``states`` (the run state's per-client states) and ``kept``
-    (``RunState.clients``: which clients were sampled, their own collections)."""
+    (``RunState.clients``: which clients were sampled, their own collections); with ``client.evaluate``, the
+    model it returns for each client from its ``ctx`` (``run``: the :class:`RunState`, ``hp`` the run's)."""
     acc, loss = _eval(spec)(variables, data.x, data.y, data.test_idx, data.test_n)
+    client = spec.algorithm.client
+    if client is not None and client.evaluate is not None:
+        return EvalOut(acc, loss, *_eval_hook(spec)(run._replace(variables=variables, duals=states), hp, data))
     if spec.algorithm.personal_model is None:
         return EvalOut(acc, loss)
     return EvalOut(acc, loss, *_eval_personal(spec)(variables, states, kept, data.x, data.y, data.test_idx,
@@ -84,6 +88,51 @@ def _eval_personal(spec: RoundSpec):
 
 
 
+EVAL_KEY = 0xE7A1  # folded into the round's key for the keys of client.evaluate's ctx
+
+
+def _eval_hook(spec: RoundSpec):
+    """Every client's ``client.evaluate(ctx) -> params`` on its test split, mapped like :func:`_eval`: ``ctx`` is
+    the client's as in a round (θ, its state read back in its compute dtype, ``hp``, the broadcast of the server
+    state, ``t`` the rounds done and ``lr`` η_l at ``t``, a key of its own, its facts, ``apply``, the data pass
+    over its training examples), for every client, sampled or not. The model's batch statistics, if any, are
+    the global model's."""
+    from .client import _acc_loss, local_steps
+    from .program import ClientContext, DataPass, label_counts, model_apply
+    from .algorithms import ClientFacts
+    alg = spec.algorithm
+    hook = alg.client.evaluate
+
+    def f(run, hp, data):
+        variables = run.variables
+        theta, stats = variables["params"], variables.get("batch_stats")
+        like = client_state_like(alg, theta) if alg.has_client_state else ()
+        bcast = (C.call(alg, "broadcast", alg.broadcast, (run.sstate,), {}, "server_state")
+                 if alg.broadcast is not None else None)
+        t = jnp.asarray(run.round, jnp.int32)
+        lr_t = hp.lr * hp.lr_decay ** t
+        base = jax.random.fold_in(jax.random.fold_in(run.key, t), EVAL_KEY)
+        apply = model_apply(spec.model)
+
+        def one(args):
+            st, i, tri, trn, tei, ten = args
+            st = jax.tree_util.tree_map(lambda s, l: s.astype(l.dtype), st, like)
+            facts = ClientFacts(jnp.asarray(trn, jnp.int32), local_steps(trn, spec.epochs, spec.batch_size,
+                                                                          spec.local_steps),
+                                label_counts(data.y, tri, trn, spec.model.num_classes), i)
+            ctx = ClientContext(theta, st, hp, bcast, t, lr_t, jax.random.fold_in(base, i), facts, apply,
+                                DataPass(alg, data.x, data.y, tri, trn, spec.batch_size, hint=apply.hint), stats)
+            mine = C.call(alg, "client.evaluate", hook, (ctx,), {}, "ctx", hint=apply.hint)
+            mine = C.check_params(alg, "client.evaluate", mine, theta, dtypes=False)
+            return _acc_loss(spec.model, mine, stats, data.x, data.y, tei, ten)
+
+        states = run.duals if alg.has_client_state else ()
+        ids = jnp.arange(spec.num_clients, dtype=jnp.int32)
+        return jax.lax.map(one, (states, ids, data.train_idx, data.train_n, data.test_idx, data.test_n),
+                           batch_size=10)
+    return _over_runs(spec, f)
+
+
 def _eval(spec: RoundSpec):
     """The evaluation of every client (:func:`evaluate_clients`, a ``lax.map`` over chunks of clients).
     Under ``jax.vmap`` over the runs of a sweep: with ``client_map="vmap"`` (the GPU's) batched like the
@@ -119,7 +168,7 @@ def make_chunk(spec: RoundSpec, length: int):
             state, rounds = run_rounds(spec, state, hp, data, length)
         else:
             rounds = {k: jnp.zeros((0,), jnp.float32) for k in METRIC_KEYS}
-        ev = evaluate(spec, state.variables, data, state.duals, state.clients)
+        ev = evaluate(spec, state.variables, data, state.duals, state.clients, state, hp)
         if spec.eval_average:  # the averaged iterate θ̄_t (RunState.average), beside the last one
             avg_acc, avg_loss = _eval(spec)(state.average, data.x, data.y, data.test_idx, data.test_n)
             ev = ev._replace(avg_acc=avg_acc, avg_test_loss=avg_loss)
