@@ -1298,4 +1298,8 @@ mutate fedalf_jax/sim/train.py "        t = jnp.asarray(run.round, jnp.int32)" "
   "eval56: client.evaluate's ctx.t is not the rounds done" "tests/test_eval_hook.py -k evaluated_with"
 mutate fedalf_jax/runner/loop.py $'sstate=duals0[2],\n                                                          round=duals0[3])' "sstate=duals0[2])" \
   "eval56: round 0's evaluation hook sees the round after it" "tests/test_eval_hook.py -k evaluated_with"
+mutate fedalf_jax/runner/build.py "eval_average=cfg.eval_average, rounds=cfg.rounds," "eval_average=cfg.eval_average, rounds=cfg.rounds + 1," \
+  "server56: ServerIn.rounds is not the run's (no last round)" "tests/test_server_in.py"
+mutate fedalf_jax/sim/round.py '        kw["key"] = jax.random.fold_in(init_key, SERVER_INIT_KEY)' '        kw["key"] = init_key' \
+  "server56: init_server_state's key is the model's own init key" "tests/test_server_in.py"
 exit $status

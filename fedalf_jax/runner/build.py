@@ -263,7 +263,7 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
     layer_of = layer_ids(params_shape, cfg.layers)
     spec = RoundSpec(model=model, algorithm=algorithm(cfg, layer_of), num_clients=cfg.clients,
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs, local_steps=cfg.local_steps,
-                     eval_average=cfg.eval_average,
+                     eval_average=cfg.eval_average, rounds=cfg.rounds,
                      batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, ldp_on=cfg.resolved_ldp_on, dp=cfg.dp,
                      neighbouring=cfg.neighbouring, client_devices=client_devices,
                      central_sensitivity=central_sensitivity(cfg),

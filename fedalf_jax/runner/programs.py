@@ -205,7 +205,9 @@ def _program_key(program: "Program", key, args):
         return None
     try:
         leaves, tree = jax.tree_util.tree_flatten(args)
-        spec = dataclasses.replace(program.spec, layer_of=None)  # compared by identity: its fields instead
+        # layer_of: compared by identity, so its fields instead; rounds: only ServerIn.rounds reads it, and only a
+        # user's server may (a user's algorithm is never reused: reusable)
+        spec = dataclasses.replace(program.spec, layer_of=None, rounds=None)
         fields = tuple(getattr(spec, f.name) for f in dataclasses.fields(spec))
         k = (fields, frozen(program.spec.layer_of),
              program.batched, program.data_axes, program.run_map, program.devices, key,

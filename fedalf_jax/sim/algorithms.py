@@ -96,6 +96,8 @@ class ServerIn(NamedTuple):
     aux: Any = None     # the clients' auxiliary uploads (upload's third element), leading axis m; or None
     key: Any = None     # a PRNG key for the server's own randomness: fold_in(fold_in(run key, t), SERVER_KEY),
                         # so it differs across seeds and rounds and is the same on resume
+    apply: Any = None   # the model: apply(params, x, *, train=False, key=None) -> (logits, features)
+    rounds: Any = None  # the run's --rounds (a Python int): round t is the last when t == rounds - 1
 
 
 SERVER_KEY = 0x5E12  # the constant folded into the round's key for ServerIn.key (central DP's noise uses 0x5EED)
@@ -196,7 +198,8 @@ class Algorithm:
     * ``penalty(theta, state, hp) -> (params -> scalar)`` added to the client's loss, or ``None``.
     * ``init_client_state(params) -> pytree``: one client's initial state (the round keeps one per client,
       stored in ``--state-dtype``); ``None``: no per-client state.
-    * ``init_server_state(params, num_clients) -> pytree``.
+    * ``init_server_state(params, num_clients[, key=, init=]) -> pytree`` (``key``: a PRNG key of its own;
+      ``init``: ``key -> params``, the model's initialiser, for a server keeping more models than θ).
     * ``private_upload``: the upload is a function of ``w_tilde`` and public values only, so a privacy
       mechanism's guarantee covers it (post-processing); a user's algorithm declares it.
     * ``broadcast(server_state) -> pytree`` (optional): what the server sends every client this round

@@ -33,7 +33,8 @@ from .algorithms import SERVER_INFO, SERVER_KEY, Algorithm, HParams, ServerIn
 from .batching import each_pair_in_turn
 from .client import ClientOut
 from .default_client import default_program
-from .program import privatise, program_client, upload_noise  # noqa: F401 (privatise, upload_noise: here too)
+from .algorithms import _takes
+from .program import model_apply, privatise, program_client, upload_noise  # noqa: F401 (privatise, upload_noise: here too)
 
 
 class ClientData(NamedTuple):
@@ -79,6 +80,7 @@ class RoundSpec:
     central_sensitivity: float = 0.0  # dp="central": the server step's sensitivity in units of η_g·clip
     local_steps: Any = None     # --local-steps K: K minibatch steps per round instead of `epochs` epochs
     eval_average: bool = False  # --eval-average: RunState.average keeps the mean of θ_1..θ_t (evaluated too)
+    rounds: Any = None          # the run's --rounds (ServerIn.rounds: the last round is t == rounds - 1)
 
 
 def default_client_map(backend: str | None = None) -> str:
@@ -96,18 +98,35 @@ def seed_keys(seed: int):
     return init_key, run_key
 
 
+SERVER_INIT_KEY = 0x5E1A  # folded into the seed's init key for init_server_state's key=
+
+
+def server_init_kwargs(spec: RoundSpec, init_key) -> dict:
+    """What ``init_server_state`` takes beside ``(params, num_clients)``, when it has parameters of these names:
+    ``key`` (a PRNG key of its own: the seed's init key folded with :data:`SERVER_INIT_KEY`) and ``init``
+    (``key -> params``: the model's initialiser, for a server that keeps more models than θ, IFCA's k), the
+    params in the dtype the state is stored in."""
+    fn, kw = spec.algorithm.init_server_state, {}
+    if _takes(fn, "key"):
+        kw["key"] = jax.random.fold_in(init_key, SERVER_INIT_KEY)
+    if _takes(fn, "init"):
+        kw["init"] = lambda key: T.cast(spec.model.init(key)["params"], spec.state_dtype)
+    return kw
+
+
 def init_state(spec: RoundSpec, seed: int) -> RunState:
     init_key, run_key = seed_keys(seed)
     variables = spec.model.init(init_key)
     params = variables["params"]
     stored = T.cast(params, spec.state_dtype)  # per-client rows are stored in spec.state_dtype
     duals = client_states(spec.algorithm, stored, spec.num_clients, spec.state_dtype)
+    kw = server_init_kwargs(spec, init_key)
     C.check_state_init(spec.algorithm, "init_server_state",  # N is static (a Python int), as in the call below
                        lambda p: C.call(spec.algorithm, "init_server_state", spec.algorithm.init_server_state,
-                                        (p, spec.num_clients), {}, "params, num_clients"), stored)
+                                        (p, spec.num_clients), kw, "params, num_clients[, key=, init=]"), stored)
     # one buffer per leaf: a user's state that holds one array twice, e.g. (z, z), would otherwise make the
     # donated round refuse to "donate the same buffer twice" in a traceback from inside XLA
-    sstate = jax.tree_util.tree_map(jnp.copy, spec.algorithm.init_server_state(stored, spec.num_clients))
+    sstate = jax.tree_util.tree_map(jnp.copy, spec.algorithm.init_server_state(stored, spec.num_clients, **kw))
     return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key,
                     kept_per_client(spec.algorithm, variables, spec.num_clients),
                     jax.tree_util.tree_map(jnp.copy, variables) if spec.eval_average else ())
@@ -244,7 +263,7 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
         weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0], jnp.float32)
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
                     hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var,
-                    spec.num_clients, n_sel, outs.aux, server_key(state))
+                    spec.num_clients, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)
     new_theta, sstate, info = C.unpack_server(alg, C.call(alg, "server", alg.server, (s_in,), {}, "s: fj.ServerIn"),
                                               s_in)
     own = own_metrics(alg, info, outs.aux)
