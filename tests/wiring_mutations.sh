@@ -155,7 +155,7 @@ mutate fedalf_jax/config/identity.py '    d = {**LEGACY, **d}' '    d = dict(d)'
 AP=tests/test_api.py
 mutate fedalf_jax/sim/round.py '    duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals' \
   '    duals = state.duals' "api: a user algorithm's per-client state never stored" "$AP -k hand"
-mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux, server_key(state))' '                    spec.clients_per_round, n_sel, outs.aux, server_key(state))' \
+mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)' '                    spec.clients_per_round, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)' \
   "api: ServerIn.num_clients is the round's m" "$AP -k fewer_clients_per_round"
 mutate fedalf_jax/runner/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
   "api: given client lists' test rows index the train examples" "$AP -k hand"
@@ -391,7 +391,7 @@ mutate fedalf_jax/privacy/guarantee.py '        if alg is not None and alg.publi
   "contract: the privacy record is silent on a non-public aux (item 2)" "$K -k privacy_record"
 mutate fedalf_jax/sim/client.py '(epochs * ((n + batch_size - 1) // batch_size))' '(epochs * (n // batch_size))' \
   "contract: the local step count misses a last partial batch (item 3)" "$K -k fednova_example"
-mutate fedalf_jax/sim/round.py 'spec.num_clients, n_sel, outs.aux, server_key(state))' 'spec.num_clients, jnp.ones_like(n_sel), outs.aux, server_key(state))' \
+mutate fedalf_jax/sim/round.py 'spec.num_clients, n_sel, outs.aux, server_key(state),' 'spec.num_clients, jnp.ones_like(n_sel), outs.aux, server_key(state),' \
   "contract: ServerIn.n is not the clients' sample counts (item 3)" "$K -k broadcast"
 mutate fedalf_jax/runner/rundir.py 'metric_columns(cfg.clients, extra), keep_upto=keep_upto)' \
   'metric_columns(cfg.clients), keep_upto=keep_upto)' "contract: the algorithm's own metrics left out of metrics.csv (item 7)" \
