@@ -169,6 +169,10 @@ class ModelApply:
         return ""
 
 
+# a pytree without leaves: it rides in ServerIn (and through the transforms a server applies to it) as static data
+jax.tree_util.register_pytree_node(ModelApply, lambda m: ((), m), lambda m, _: m)
+
+
 def model_apply(model):
     """``ctx.apply``: ``(params, x, *, train=False, key=None) -> (logits, features)`` (:class:`ModelApply`)."""
     return ModelApply(model)
