@@ -93,7 +93,7 @@ mutate fedalf_jax/runner/rundir.py "if not resume and self.holds_run():" "if Fal
 mutate fedalf_jax/cli_options.py 'base.pop("out", None)' 'pass' "trust: --config inherits out" "$T -k never_inherits"
 mutate fedalf_jax/cli.py "cfg = cfg.replace(out=default_out(cfg))" "pass" "trust: a run without --out saves nothing" \
   "$T -k never_inherits"
-mutate fedalf_jax/runner/rundir.py "                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)" "                pass" \
+mutate fedalf_jax/runner/dirlock.py "                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)" "                pass" \
   "trust: no lock: two writers share a folder" "$T -k second_writer"
 mutate fedalf_jax/runner/rundir.py "            for k in f.files:  # reading each member checks its CRC
                 f[k]" "            for k in f.files:  # reading each member checks its CRC
@@ -204,7 +204,7 @@ mutate fedalf_jax/runner/rundir.py '            raise ConfigError(f"the run dire
         for name in TEMPORARIES:
             discard(self.path / name)
 ' "files: the temporaries removed before the lock is held (item 1)" "$TF -k refused_by"
-mutate fedalf_jax/runner/rundir.py 'os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)' 'os.O_RDWR | os.O_CREAT, 0o644)' \
+mutate fedalf_jax/runner/dirlock.py 'os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)' 'os.O_RDWR | os.O_CREAT, 0o644)' \
   "files: the lock opened through a link (item 7)" "$TF -k symlinked_lock"
 mutate fedalf_jax/runner/writers.py '    discard(path)
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o666), mode, **kw)' \
@@ -213,7 +213,7 @@ mutate fedalf_jax/runner/rundir.py 'if cfg.log == "tensorboard" and (self.path /
   "files: TensorBoard events written through a tb link (item 7)" "$TF -k tb_link"
 mutate fedalf_jax/runner/rundir.py '                for p in tb.glob(TB_EVENTS):' '                for p in tb.iterdir():' \
   "files: --overwrite removes a user's files in tb/ (item 8)" "$TF -k only_the_event_files"
-mutate fedalf_jax/runner/rundir.py '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode(errors="surrogateescape")' '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode()' \
+mutate fedalf_jax/runner/dirlock.py '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode(errors="surrogateescape")' '{time.strftime('"'"'%Y-%m-%d %H:%M:%S'"'"')})\n").encode()' \
   "files: the lock's holder line of a non-UTF-8 --out (item 10)" "$TF -k utf8"
 mutate fedalf_jax/cli.py '            stream.reconfigure(errors="backslashreplace")' '            pass' \
   "files: a non-UTF-8 --out printed on a strict stdout (item 10)" "$TF -k utf8"
@@ -1279,7 +1279,7 @@ PP=tests/test_trust55_processes.py
 mutate fedalf_jax/__init__.py "    _watch_parent()  # a" "    pass  # a" "trust55: a child goes on computing when its parent is killed" "$PP -k sigkill_leaves"
 mutate fedalf_jax/runtime/interrupt.py "        if _set_pdeathsig(signal.SIGTERM):" "        if False:" \
   "trust55: the parent's end watched by polling only (a parent gone at start is missed)" "$PP -k already_gone"
-mutate fedalf_jax/runner/rundir.py "    slices = [h for h in alive if h[3] is not None]" "    slices = []" \
+mutate fedalf_jax/runner/dirlock.py "    slices = [h for h in alive if h[3] is not None]" "    slices = []" \
   "trust55: a resume refused by a running slice names the dead parent" "$PP -k names_the_slice"
 mutate fedalf_jax/cli.py "    if code < 0:
         try:" "    if False:
