@@ -58,8 +58,8 @@ mutate fedalf_jax/config/config.py "if self.clients_per_round > self.clients:" "
   "glue: full participation refused" "$G -k full_participation"
 mutate fedalf_jax/runner/loop.py "st, out = program(at0, hp, data, 0)" \
   "st, out = program(state, hp, data, 0)" "glue: round 0 evaluates the model after the first chunk" "$G -k round_0"
-mutate fedalf_jax/runner/loop.py "                if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
-  "                if not ((t - start) % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" "glue: an extended run's evaluations leave the evaluation grid" "$G -k off_the_eval_grid"
+mutate fedalf_jax/runner/loop.py "(t % self.cfg.eval_every == 0 or t == self.cfg.rounds or interrupted)" \
+  "((t - self.start) % self.cfg.eval_every == 0 or t == self.cfg.rounds or interrupted)" "glue: an extended run's evaluations leave the evaluation grid" "$G -k off_the_eval_grid"
 mutate fedalf_jax/runner/rundir.py "path = avail[max(avail) if round is None else round]" "path = avail[max(avail)]" \
   "glue: load_checkpoint(round=r) returns the last checkpoint" "$G -k load_checkpoint"
 mutate fedalf_jax/reporting/runs.py "cell.eta = max(sorted(cell.scores), key" "cell.eta = max(sorted(cell.scores, reverse=True), key" \
@@ -564,12 +564,12 @@ mutate fedalf_jax/problem/models.py "    count = jnp.sum(hit, axis=(2, 4), keepd
 
 # issue 36 items 3-5: a signal answered after the round in flight, before the first round at once (label "sig36")
 SG=tests/test_signals.py
-mutate fedalf_jax/runner/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
-  "if not (t % cfg.eval_every == 0 or t == cfg.rounds):" "sig36: the chunk cut by a signal is not evaluated" "$SG -k mid_chunk"
+mutate fedalf_jax/runner/loop.py "(t % self.cfg.eval_every == 0 or t == self.cfg.rounds or interrupted)" \
+  "(t % self.cfg.eval_every == 0 or t == self.cfg.rounds)" "sig36: the chunk cut by a signal is not evaluated" "$SG -k mid_chunk"
 mutate fedalf_jax/runner/loop.py "        if final or interrupted:" \
   "        if final:" "sig36: no checkpoint of the cut round" "$SG -k mid_chunk"
-mutate fedalf_jax/runner/loop.py "if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
-  "if not ((t - start) % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):" \
+mutate fedalf_jax/runner/loop.py "(t % self.cfg.eval_every == 0 or t == self.cfg.rounds or interrupted)" \
+  "((t - self.start) % self.cfg.eval_every == 0 or t == self.cfg.rounds or interrupted)" \
   "sig36: a resume from a cut round evaluates eval_every rounds after it" "$SG -k mid_chunk"
 mutate fedalf_jax/runtime/interrupt.py "            if abandon:" "            if False:" \
   "sig36: a signal while compiling waits for the compile" "$SG -k while_compiling"

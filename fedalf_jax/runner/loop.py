@@ -125,11 +125,28 @@ class Checkpointer:
 
 
 class Schedule:
-    """When to checkpoint: every N rounds or every S seconds (``checkpoint_every``), and at the end."""
+    """The run loop's decisions after each round, in one place: whether to go on (:meth:`goes_on`), to evaluate
+    (:meth:`evaluates`) and compute the train loss (:meth:`train_loss`), and to checkpoint (:meth:`due`: every N
+    rounds or every S seconds, ``checkpoint_every``, and at the end)."""
 
     def __init__(self, cfg: Config, start: int):
+        self.cfg, self.start = cfg, start
         self.kind, self.every = cfg.checkpoint_policy
         self.last_round, self.last_time = start, time.monotonic()
+
+    def goes_on(self, t: int, live: bool, interrupted: bool) -> bool:
+        """Another round after ``t`` rounds: rounds left, a run live, no signal."""
+        return t < self.cfg.rounds and live and not interrupted
+
+    def evaluates(self, t: int, interrupted: bool) -> bool:
+        """Evaluate after round ``t``: every ``eval_every`` rounds, the last, and the round a signal cut at
+        (never with ``eval_every="never"``)."""
+        return self.cfg.evaluates and (t % self.cfg.eval_every == 0 or t == self.cfg.rounds or interrupted)
+
+    def train_loss(self, t: int) -> bool:
+        """With an evaluation after round ``t``, also each client's train loss (every ``train_loss_every``
+        rounds and the last)."""
+        return t % self.cfg.train_loss_every == 0 or t == self.cfg.rounds
 
     def due(self, t: int, final: bool, interrupted: bool = False) -> bool:
         if self.kind == "never":  # a throw-away run: not at its end, nor after a signal
@@ -293,7 +310,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
             if progress is not None:
                 progress.start_rounds()  # the rate (and ETA) counts rounds from here: not the compile
             pending, t0 = [], time.perf_counter()  # the rounds' metrics since the last evaluation
-            while t < cfg.rounds and any(s is not None and s.live for s in slots) and not INTERRUPT.requested:
+            while schedule.goes_on(t, any(s is not None and s.live for s in slots), INTERRUPT.requested):
                 live = sum(1 for s in slots if s is not None and s.live)
                 if progress is not None:
                     progress.begin_call(live, t + 1, t + 1)
@@ -315,14 +332,14 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                         schedule.done(t)
                     continue
                 pending.append(metrics)
-                if not (t % cfg.eval_every == 0 or t == cfg.rounds or INTERRUPT.requested):
+                if not schedule.evaluates(t, INTERRUPT.requested):
                     continue
                 if INTERRUPT.requested:
                     stopping()  # the signal came between two rounds
                 with stage(progress, f"evaluating round {t}"):
                     state, ev = _interruptible(evaluate, state)
                     sec = (time.perf_counter() - t0) / len(pending)
-                    want_tl = t % cfg.train_loss_every == 0 or t == cfg.rounds
+                    want_tl = schedule.train_loss(t)
                     tl = _interruptible(lambda s: to_host(program.train_loss(s, hp, data)), state) if want_tl else None
                 rounds = {k: np.concatenate([m[k] for m in pending], axis=-1) for k in pending[0]}
                 if variables0 is not None:
