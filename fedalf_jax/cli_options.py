@@ -439,9 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "slice i/P of one-run program calls (--sweep-chunk 1 unless given), all in --out, each pinned to "
                         "cores of its own where there are at least P; in one "
                         "process a CPU computes a sweep's runs one after another, so 2 uses both cores of a 2-core "
-                        "machine (a 3-run FedLF MLP sweep: 0.62x the time of three single runs, ~0.83x in one "
-                        "process; docs/lab/benchmarks.md); each run's metrics are its single run's, bit for bit "
-                        "(default 1)")
+                        "machine (timings: docs/lab/benchmarks.md); each run's metrics are its single run's, bit "
+                        "for bit (default 1)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--no-compile-cache", action="store_true", help=_COMPILE_CACHE)
     _add_config_flags(s, multi=True)
@@ -453,9 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser(
         "bench", help="round throughput: compiled vmapped round vs a sequential client loop",
         description="Round throughput. The default (the main job's FedALF CNN round on Fashion-MNIST, compiled "
-                    "against a sequential client loop, 5 rounds each, and the server step alone) takes under a "
-                    "minute on a quiet 2-core CPU: the compilations and 5 x (1.7 + 1.9) s of timed rounds "
-                    "(docs/lab/benchmarks.md). --sweep-width times the MLP unless --model cnn is given. Each "
+                    "against a sequential client loop, 5 rounds each, and the server step alone): the compilations, "
+                    "then the timed rounds (what it took: docs/lab/benchmarks.md). --sweep-width times the MLP unless --model cnn is given. Each "
                     "measurement prints a line on stderr with its expected time; Ctrl-C stops at once, prints the "
                     "table of what was measured and exits with 130 (SIGTERM, SIGHUP, SIGUSR1 the same, exit 143, 129, "
                     "138).")
@@ -473,8 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--depth-width", type=int, nargs="+", default=None, metavar="W",
                    help="FedLF/FedALF: also count the server's sequential loop trips per round (the QP solvers' "
                         "own iteration counters) in a sweep of W runs, for each W (default: 1 8 on a GPU; none on "
-                        "a CPU, where W = 1 adds minutes to the CNN's default and 12 rounds of a W = 8 CNN "
-                        "sweep take ~25 minutes; 0: skip)")
+                        "a CPU, where the count takes minutes; 0: skip)")
     b.add_argument("--depth-rounds", type=int, default=12, metavar="R",
                    help="rounds counted by --depth-width (default 12: FedALF's history rows fill within the "
                         "first N/m rounds, and the QPs grow with them)")

@@ -13,10 +13,9 @@ Numerics (all of it is jit/vmap safe, float32 friendly):
 * ``method="active"`` (what ``auto`` picks up to ``AUTO_ACTIVE_MAX`` = 256 coordinates): Wolfe's
   minimum-norm-point (active-set) algorithm started from the uniform point (the full support): exact
   affine minimisers on the support (one dense ridge-regularised solve with a refinement step per
-  iteration), line steps back into the simplex, and the most violated coordinate added. It reaches
-  the float32 floor of the Frank–Wolfe gap in a few dozen steps (at most ``2n + 20``; measured: ≤ 53
-  on the 111-row QPs of a FedALF MLP run with history, where jaxopt's BoxOSQP ran ~350 ADMM steps
-  of up to dozens of CG steps each), and its loop is per problem, so a batch of problems (every layer
+  iteration), line steps back into the simplex, and the most violated coordinate added. It stops
+  at the float32 floor of the Frank–Wolfe gap within at most ``2n + 20`` steps (the step counts
+  measured on real QPs, against BoxOSQP's: docs/lab/qp.md), and its loop is per problem, so a batch of problems (every layer
   of every run of a sweep) runs in one loop whose depth is the slowest problem's, and each problem's
   iterates are exactly those of its own solve. A result still above the gap target (not seen on real
   problems) is polished by at most ``_FALLBACK_PGD`` FISTA steps, so the sequential depth is bounded.
@@ -30,8 +29,8 @@ Numerics (all of it is jit/vmap safe, float32 friendly):
   simplex, and polished by the active-set loop (then PGD) when its gap is above target. The batch
   shares one ADMM loop, so problems of one batch are not independent of each other.
 * ``method="auto"``: ``active`` for up to ``AUTO_ACTIVE_MAX`` (256) coordinates, ``pgd`` above: the
-  active-set step does a dense ``n × n`` solve (O(n³) whatever the support), which measured 60 s
-  for three 1101-row problems (1,000 clients, 100 per round), against 0.4 s for ``pgd``.
+  active-set step does a dense ``n × n`` solve (O(n³) whatever the support), so ``pgd``'s O(n²) steps
+  win on large problems (the timings: docs/lab/qp.md).
 * ``method="pgd"``: FISTA (accelerated projected gradient) with adaptive restart, projection by
   ``optax.projections.projection_simplex``, step ``1/L`` with ``L`` an upper bound on ``λ_max(Q)``.
 * ``jax.vmap`` of a solve folds the vmapped axes into the batch (``custom_vmap``), so it stays one
