@@ -13,6 +13,13 @@ from fedalf_jax import cli
 from fedalf_jax.experiment.config import Config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = README.parent / "docs"
+# the front page and the guide pages whose commands a user copies (the lab keeps the figures: docs/lab/)
+GUIDE = [README, DOCS / "tutorial.md", DOCS / "how-to.md", *sorted((DOCS / "explanation").glob("*.md"))]
+
+
+def _guide_text() -> str:
+    return "\n".join(p.read_text() for p in GUIDE)
 
 
 def _subparser(command: str) -> argparse.ArgumentParser:
@@ -67,8 +74,8 @@ def test_bench_lists_only_the_options_it_uses():
 
 
 def _readme_commands(tool: str) -> list[str]:
-    """The README's shell lines (code blocks, continuations joined) that run ``.venv/bin/<tool>``."""
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    """The README's and the guide's shell lines (code blocks, continuations joined) that run ``.venv/bin/<tool>``."""
+    blocks = re.findall(r"```bash\n(.*?)```", _guide_text(), flags=re.S)
     lines = []
     for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
@@ -80,8 +87,8 @@ def _readme_commands(tool: str) -> list[str]:
 
 def test_readme_commands_are_copy_pasteable():
     """Every fedalf command of the README runs from a fresh shell (.venv/bin/, no activation) and parses;
-    the notebook command passes FEDALF_RUNS absolute and uses the .venv's Jupyter."""
-    text = README.read_text()
+    the notebook command passes FEDALF_RUNS absolute and uses the .venv's Jupyter (the README and the guide)."""
+    text = _guide_text()
     assert not re.search(r"^(fedalf|jupyter|pytest) ", text, flags=re.M), "a README command needs .venv/bin/"
     commands = _readme_commands("fedalf")
     assert len(commands) >= 12
@@ -104,7 +111,10 @@ def test_readme_commands_are_copy_pasteable():
 
 
 def test_readme_says_what_the_main_job_costs():
-    text = " ".join(README.read_text().split())
+    """The README names the main job's cost in one line and links the lab page that holds the figures."""
+    readme = " ".join(README.read_text().split())
+    assert "docs/lab/costs.md" in readme and "200 rounds" in readme and "about 1 GB" in readme
+    text = " ".join((DOCS / "lab" / "costs.md").read_text().split())
     assert "the whole run took 6 min 34 s" in text and "about 1.9 s each" in text and "2.8 GiB of peak memory" in text
     assert "about **940 MB**" in text and "`checkpoint.npz` is 468 MB" in text
 
@@ -126,7 +136,7 @@ def test_the_smoke_suite_and_the_bench_json_are_described_truly():
     bench = build_parser()._subparsers._group_actions[0].choices["bench"]
     (suite,) = [a for a in bench._actions if a.dest == "suite"]
     assert "minutes on a CPU" in suite.help and "seconds" not in suite.help.split("smoke:")[1].split(".")[0]
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    readme = " ".join(_guide_text().split())  # the GPU how-to, where the README's GPU section went
     assert "`--suite smoke` runs the same code on tiny synthetic data on a CPU in minutes, not seconds" in readme
     assert "ALLOW_CPU=1 SUITE=smoke" in readme  # the dry run of a GPU session
     assert not re.search(r"--json (?!runs/)\S+\.json", readme)  # into runs/ (git-ignored), never the checkout
