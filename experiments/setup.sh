@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh machine: a virtual environment in .venv with fedalf-jax (editable) and its
-# test and docs extras (pytest; sphinx and myst-parser for the guide's strict build), plus Debian's Fashion-MNIST when apt is available. Safe to run again.
+# test and docs extras (pytest; sphinx and myst-parser for the guide's strict build), plus Debian's
+# Fashion-MNIST when apt is available. Safe to run again.
 # More extras as arguments: `bash experiments/setup.sh notebooks` adds Jupyter (the README's notebook
 # command; ~50 more packages, so not by default), `tensorboard`, `tfds`; `torch` makes a second environment,
 # .venv-torch, with PyTorch (CPU) for `fedalf bench --pytorch .venv-torch/bin/python` and
