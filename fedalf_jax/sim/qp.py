@@ -17,8 +17,9 @@ Numerics (all of it is jit/vmap safe, float32 friendly):
   at the float32 floor of the Frank–Wolfe gap within at most ``2n + 20`` steps (the step counts
   measured on real QPs, against BoxOSQP's: docs/lab/qp.md), and its loop is per problem, so a batch
   of problems (every layer of every run of a sweep) runs in one loop whose depth is the slowest
-  problem's, and each problem's iterates are exactly those of its own solve. A result still above the gap target (not seen on real
-  problems) is polished by at most ``_FALLBACK_PGD`` FISTA steps, so the sequential depth is bounded.
+  problem's, and each problem's iterates are exactly those of its own solve. A result still above
+  the gap target (not seen on real problems) is polished by at most ``_FALLBACK_PGD`` FISTA steps,
+  so the sequential depth is bounded.
 * ``method="osqp"``: jaxopt ``BoxOSQP``, the whole batch run as one separable QP (batched
   matvecs, one ADMM loop), with a tiny ridge on the diagonal. Its float32 settings matter: with
   jaxopt's defaults (``sigma = rho_min = 1e-6``) the CG-solved ADMM system ``Q + (σ+ρ)I + ρ11ᵀ`` has a
