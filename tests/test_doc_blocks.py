@@ -53,6 +53,9 @@ def test_the_pages_have_blocks_to_test():
     fedalf = [c for _, c in _shell_commands() if _fedalf_argv(c) is not None]
     assert len(fedalf) >= 20 and {a[0] for a in map(_fedalf_argv, fedalf)} >= {"run", "sweep", "report", "bench"}
     assert len(list(_blocks("python"))) >= 2
+    # the README's one Python block is the one test_api_stumbles executes
+    (readme,) = [c for p, c in _blocks("python") if p.name == "README.md"]
+    assert readme == _readme_example()
 
 
 @pytest.mark.parametrize("page,cmd", [(p.relative_to(ROOT).as_posix(), c) for p, c in _shell_commands()
