@@ -2,7 +2,7 @@
 
 Build, strict (a warning fails it; tests/test_docs_build.py runs the same):
 
-    .venv/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+    .venv/bin/sphinx-build -W --keep-going -b html docs build/docs
 
 The pages are Markdown (myst-parser); the API reference (docs/reference/api.md) is autodoc over
 ``fedalf_jax.__all__``, the public API, expanded when the page is read, so an export added to
