@@ -87,12 +87,22 @@ class Result:
         if not isinstance(rounds, int):
             rounds = int(self.metrics["round"].max()) if len(self.metrics) and "round" in self.metrics else \
                 self.config.rounds
+        cfg = self.config
+        if cfg.availability != "always" or cfg.dropout > 0:  # docs/federations.md: -1 where no upload arrived
+            from .sim.round import federated_sampled
+            try:
+                return federated_sampled(cfg.clients, cfg.clients_per_round, cfg.seed, rounds, cfg.availability,
+                                         cfg.dropout)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         return sampled_clients(self.config.clients, self.config.clients_per_round, self.config.seed, rounds)
 
     @property
     def participation(self) -> np.ndarray:
-        """``[N]``: how many of the run's rounds each client took part in (:attr:`sampled_clients` counted)."""
-        return np.bincount(self.sampled_clients.ravel(), minlength=self.config.clients).astype(np.int64)
+        """``[N]``: how many of the run's rounds each client took part in (:attr:`sampled_clients` counted; under
+        availability or dropout, the rounds whose upload arrived)."""
+        sel = self.sampled_clients.ravel()
+        return np.bincount(sel[sel >= 0], minlength=self.config.clients).astype(np.int64)
 
     @property
     def client_states(self):

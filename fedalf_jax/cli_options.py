@@ -78,6 +78,12 @@ _HELP = {
     "model": "cnn (the paper's), cnn_bn (with batch norm; no privacy mechanism), mlp (200-200, FedLF's FMNIST model), "
              "or your own flax module's factory as module:attribute (docs/extending.md)",
     "rounds": "communication rounds", "local_epochs": "local epochs E per round", "batch_size": "local minibatch size B",
+    "availability": "which clients are online each round (docs/federations.md): always (every client), beta:A,B "
+                    "(each client on with its own p_i ~ Beta(A,B), drawn once per seed), size (p_i = n_i / max n) or "
+                    "cyclic:PERIOD (on half of every PERIOD rounds, per-client phases); the round samples its m from "
+                    "those online, masking the slots left over",
+    "dropout": "probability P in [0, 1] that a sampled client's upload is lost after training; the server "
+               "averages what arrived (weights renormalised); a round where nothing arrives keeps the model",
     "local_steps": "K local minibatch steps per round instead of epochs (exclusive with --local-epochs): each of B "
                    "examples, cycling through reshuffled passes over the client's data (fewer than B examples: all "
                    "of them every step) (default: none: --local-epochs)",
@@ -209,7 +215,7 @@ FLAG_GROUPS = {
     "data and partition": ("dataset", "data_dir", "data_source", "synthetic_like", "synthetic_train",
                            "synthetic_test", "partition", "assign", "alpha"),
     "federated training": ("algorithm", "alg_args", "rounds", "clients", "clients_per_round", "local_epochs", "local_steps",
-                           "batch_size", "lr",
+                           "availability", "dropout", "batch_size", "lr",
                            "lr_decay", "server_lr", "server_lr_decay", "local_optimizer", "seed"),
     "the algorithms' options": ("mu", "rho", "q", "client_grad", "history", "history_tau", "layers", "merge_tol",
                                 "qp_method", "server_target", "dual_from", "fair_norm", "hp"),

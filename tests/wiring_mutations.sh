@@ -1302,4 +1302,29 @@ mutate fedalf_jax/runner/build.py "eval_average=cfg.eval_average, rounds=cfg.rou
   "server56: ServerIn.rounds is not the run's (no last round)" "tests/test_server_in.py"
 mutate fedalf_jax/sim/round.py '        kw["key"] = jax.random.fold_in(init_key, SERVER_INIT_KEY)' '        kw["key"] = init_key' \
   "server56: init_server_state's key is the model's own init key" "tests/test_server_in.py"
+# issue 58's first slice (labels "fed58"): availability, dropped uploads, their records and refusals
+F=tests/test_federations.py
+mutate fedalf_jax/sim/federation.py "    return jax.random.uniform(key, (n,)) < p" "    return jax.random.uniform(key, (n,)) < 1.0" \
+  "fed58: beta/size availability: every client always available" "$F -k beta"
+mutate fedalf_jax/sim/federation.py "    score = jnp.where(avail, u, 1.0 + u)" "    score = u" \
+  "fed58: the round samples among all clients, not the available ones" "$F -k beta"
+mutate fedalf_jax/sim/federation.py "        return (t + phase) % period < (period + 1) // 2" "        return (t + phase) % period <= (period + 1) // 2" \
+  "fed58: cyclic clients on one round too many" "$F -k cyclic"
+mutate fedalf_jax/sim/federation.py "/ jnp.maximum(jnp.max(train_n), 1).astype(jnp.float32)" "/ jnp.maximum(jnp.sum(train_n), 1).astype(jnp.float32)" \
+  "fed58: size availability p_i = n_i / sum n, not n_i / max n" "$F -k size"
+mutate fedalf_jax/sim/federation.py "    return valid & (u >= p_drop)" "    return valid" \
+  "fed58: dropout loses no upload" "$F -k dropout"
+mutate fedalf_jax/sim/round.py "        w_raw = jnp.where(arrived, n_sel.astype(jnp.float32), 0.0)" "        w_raw = n_sel.astype(jnp.float32)" \
+  "fed58: masked and dropped slots weigh in the aggregate" "$F -k numpy"
+mutate fedalf_jax/sim/round.py "        weights = w_raw / jnp.where(total > 0, total, 1.0)" "        weights = w_raw / total" \
+  "fed58: a round where nothing arrives divides by zero" "$F -k nothing_arrives"
+mutate fedalf_jax/sim/round.py '            outs = outs._replace(dual=_masked(arrived, outs.dual, T.take(state.duals, sel)))' \
+  '            pass' "fed58: a client whose upload was lost keeps its new state" "$F -k lost"
+mutate fedalf_jax/sim/round.py 'arrived=n_arr.astype(jnp.float32))' 'arrived=jnp.sum(fed["valid"]).astype(jnp.float32))' \
+  "fed58: the arrived metric counts the sampled, not the arrived" "$F -k dropout"
+mutate fedalf_jax/api.py "return federated_sampled(cfg.clients, cfg.clients_per_round, cfg.seed, rounds, cfg.availability," \
+  "return federated_sampled(cfg.clients, cfg.clients_per_round, cfg.seed, rounds, 'always'," \
+  "fed58: Result.sampled_clients replays uniform sampling under availability" "$F -k replay"
+mutate fedalf_jax/config/config.py '    if (av != ("always",) or p > 0) and (cfg.ldp != "none" or cfg.dp != "none"):' \
+  '    if False:' "fed58: availability/dropout accepted under a privacy mechanism" "$F -k bad_input"
 exit $status

@@ -83,6 +83,10 @@ class Config:
     # K minibatch steps per round instead of local_epochs epochs (issue 48; None: epochs); a client's steps cycle
     # through reshuffled passes over its data, B examples each (sim.client.step_batches)
     local_steps: Optional[int] = None
+    # real federations (issue 58, docs/federations.md): which clients are available each round (always, beta:A,B,
+    # size, cyclic:PERIOD) and the probability that a sampled client's upload is lost
+    availability: str = "always"
+    dropout: float = 0.0
     batch_size: int = 50
     lr: float = 0.05
     lr_decay: float = 0.999
@@ -412,6 +416,7 @@ class Config:
                                   f"local work per round; give one of --local-steps and --local-epochs")
         if not isinstance(self.eval_average, bool):
             raise ConfigError(f"eval_average must be true or false (on/off), got {_shown(self.eval_average)}")
+        _check_federation(self)
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients}); "
                               f"lower --clients-per-round or raise --clients")
@@ -445,6 +450,23 @@ class Config:
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         return self
+
+
+def _check_federation(cfg: "Config") -> None:
+    """availability and dropout (docs/federations.md): parseable, and not under a privacy mechanism, whose
+    accounting assumes every client is sampled with probability m/N and every upload arrives."""
+    from ..sim.federation import canonical, check_dropout, parse_availability
+    try:
+        av = parse_availability(cfg.availability)
+        p = check_dropout(cfg.dropout)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    object.__setattr__(cfg, "availability", canonical(av))  # one spelling in config.json and the identity
+    object.__setattr__(cfg, "dropout", p)
+    if (av != ("always",) or p > 0) and (cfg.ldp != "none" or cfg.dp != "none"):
+        raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with a privacy mechanism: its accounting "
+                          f"assumes uniform sampling at m/N and every upload arriving, which these do not give "
+                          f"(not built yet); use --availability always --dropout 0, or no --ldp/--dp")
 
 
 def _taking_derived_keys(init):

@@ -47,12 +47,20 @@ def extra_columns(alg, cfg=None) -> list[str]:
     """The columns ``metrics.csv`` has beyond fedalf's own for algorithm ``alg``: :data:`PERSONAL_KEYS` when it
     has a ``personal_model``, then its own metrics (``Algorithm.metrics``), then the averaged iterate's
     (:func:`average_columns`, with ``cfg.eval_average``)."""
-    avg = average_columns(cfg)
+    avg = [*(FEDERATION_KEYS if cfg is not None and federated(cfg) else ()), *average_columns(cfg)]  # then θ̄'s
     clash = [k for k in alg.metrics if k in PERSONAL_KEYS or k in avg]
     if clash:
         raise ConfigError(f"the algorithm's metric name {clash[0]!r} is one of fedalf's personalised-model or "
                           f"averaged-iterate (avg_*) columns; rename it in Algorithm(metrics=...)")
     return [*(PERSONAL_KEYS if alg.evaluates_own else ()), *alg.metrics, *avg]
+
+
+FEDERATION_KEYS = ("available", "arrived")  # a federated round's counts (docs/federations.md)
+
+
+def federated(cfg) -> bool:
+    """The run masks its rounds' slots (availability other than always, or dropout > 0)."""
+    return getattr(cfg, "availability", "always") != "always" or getattr(cfg, "dropout", 0.0) > 0
 
 
 def metric_columns(num_clients: int, extra: Iterable[str] = ()) -> list[str]:

@@ -81,6 +81,13 @@ class RoundSpec:
     local_steps: Any = None     # --local-steps K: K minibatch steps per round instead of `epochs` epochs
     eval_average: bool = False  # --eval-average: RunState.average keeps the mean of θ_1..θ_t (evaluated too)
     rounds: Any = None          # the run's --rounds (ServerIn.rounds: the last round is t == rounds - 1)
+    availability: tuple = ("always",)  # --availability, parsed (sim.federation.parse_availability)
+    dropout: float = 0.0        # --dropout P: a sampled client's upload is lost with probability P
+
+    @property
+    def federated(self) -> bool:
+        """Availability or dropout masks the round's slots (sim.federation); off: today's round, unchanged."""
+        return tuple(self.availability) != ("always",) or self.dropout > 0
 
 
 def default_client_map(backend: str | None = None) -> str:
@@ -217,6 +224,32 @@ def _replay(n: int, m: int):
     return jax.jit(jax.vmap(one, in_axes=(None, 0)))
 
 
+def federated_sampled(num_clients: int, clients_per_round: int, seed: int, rounds: int, availability: str,
+                      dropout: float, train_n=None) -> np.ndarray:
+    """``[rounds, m]`` int32 of a federated run (:mod:`fedalf_jax.sim.federation`): the clients whose upload
+    arrived in each slot, ``-1`` where the slot was masked (fewer available than ``m``) or its upload dropped;
+    replayed on the host with the round's own :func:`federation_masks`. ``train_n`` ([N], each client's training
+    size) is needed by ``availability=size`` only."""
+    from .federation import parse_availability
+    n, m = int(num_clients), int(clients_per_round)
+    av = parse_availability(availability)
+    if train_n is None:
+        if av[0] == "size":
+            raise ValueError("availability size: replaying its sampling needs each client's training size "
+                             "(train_n); pass train_n=")
+        train_n = np.ones((n,), np.int32)
+    spec = types.SimpleNamespace(num_clients=n, clients_per_round=m, availability=av, dropout=float(dropout))
+    run_key = seed_keys(int(seed))[1]
+    tn = jnp.asarray(train_n, jnp.int32)
+
+    def one(t):
+        state = RunState(None, None, None, t, run_key)
+        k_sel, _ = round_keys(state, m)
+        sel, fed = federation_masks(spec, state, k_sel, tn)
+        return jnp.where(fed["arrived"], sel, -1)
+    return np.asarray(jax.jit(jax.vmap(one))(jnp.arange(int(rounds), dtype=jnp.int32)))
+
+
 def participation_counts(num_clients: int, clients_per_round: int, seed: int, rounds: int) -> np.ndarray:
     """``[N]``: how many of the first ``rounds`` rounds of a run of ``seed`` each client took part in."""
     sel = sampled_clients(num_clients, clients_per_round, seed, rounds)
@@ -253,14 +286,30 @@ def central_noise(spec: RoundSpec, state: RunState, hp: HParams, theta, server_l
     return jax.tree_util.tree_unflatten(treedef, noisy)
 
 
-def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, hp: HParams):
-    """Aggregate the clients' outputs into the next state; returns (state, metrics)."""
+def _masked(mask, new, old):
+    """``new`` where ``mask`` (one per leading row), ``old`` elsewhere, leaf by leaf in ``old``'s dtypes."""
+    def one(a, b):
+        mk = mask.reshape(mask.shape + (1,) * (a.ndim - 1))
+        return jnp.where(mk, a.astype(b.dtype), b)
+    return jax.tree_util.tree_map(one, new, old)
+
+
+def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, hp: HParams, fed=None):
+    """Aggregate the clients' outputs into the next state; returns (state, metrics). ``fed``: a federated
+    round's masks (:func:`federation_masks`): only the arrived slots weigh (renormalised), the others' deltas
+    are zeros and their state is kept; a round where nothing arrived keeps θ and the server state."""
     alg = spec.algorithm
     t = state.round
     theta = state.variables["params"]
     weights = n_sel.astype(jnp.float32) / jnp.sum(n_sel)
     if spec.dp == "central":  # n_i would weigh a client's clipped update beyond 1/m: average uniformly
         weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0], jnp.float32)
+    if fed is not None:  # refused with a privacy mechanism (config._check_federation)
+        arrived = fed["arrived"]
+        w_raw = jnp.where(arrived, n_sel.astype(jnp.float32), 0.0)
+        total = jnp.sum(w_raw)
+        weights = w_raw / jnp.where(total > 0, total, 1.0)
+        outs = outs._replace(delta=_masked(arrived, outs.delta, jax.tree_util.tree_map(jnp.zeros_like, outs.delta)))
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
                     hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var,
                     spec.num_clients, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)
@@ -270,20 +319,38 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
     info = {k: jnp.asarray(info.get(k, 0.0), jnp.float32) for k in SERVER_INFO}  # a user's server may give {}
     if spec.dp == "central":
         new_theta = central_noise(spec, state, hp, new_theta, s_in.server_lr_t)
+    if fed is not None:  # nothing arrived: θ and the server state stay; a lost upload's client keeps its state
+        any_arrived = jnp.any(arrived)
+        keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
+            lambda a, b: jnp.where(any_arrived, a.astype(b.dtype), b), new, old)
+        new_theta = keep(new_theta, theta)
+        sstate = keep(sstate, state.sstate)
+        if alg.has_client_state:
+            outs = outs._replace(dual=_masked(arrived, outs.dual, T.take(state.duals, sel)))
     variables = {"params": new_theta}
     if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg
         variables["batch_stats"] = T.weighted_sum(outs.stats, weights)
+        if fed is not None:
+            variables["batch_stats"] = keep(variables["batch_stats"], state.variables["batch_stats"])
     duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals
     kept = state.clients
     if kept:  # the clients sampled so far, and their own copies of the client_collections
         kept = dict(kept)
         if "seen" in kept:
             kept["seen"] = kept["seen"].at[sel].set(True)
+            if fed is not None:
+                kept["seen"] = kept["seen"].at[sel].set(state.clients["seen"][sel] | arrived)
         for c in alg.collections:
-            kept[c] = T.put(kept[c], sel, outs.stats)
+            kept[c] = T.put(kept[c], sel, outs.stats if fed is None else
+                            _masked(arrived, outs.stats, T.take(state.clients[c], sel)))
     model_c, layer_c = conflicts(spec, outs.delta, T.sub(theta, new_theta))
     metrics = {"model_conflicts": model_c, "layer_conflicts": layer_c,
                "client_loss": jnp.mean(outs.loss) if alg.needs_loss else jnp.full((), jnp.nan), **info, **own}
+    if fed is not None:
+        n_arr = jnp.sum(arrived)
+        if alg.needs_loss:  # the mean over the arrived clients
+            metrics["client_loss"] = jnp.sum(jnp.where(arrived, outs.loss, 0.0)) / jnp.maximum(n_arr, 1)
+        metrics.update(available=fed["available"].astype(jnp.float32), arrived=n_arr.astype(jnp.float32))
     return RunState(variables, duals, sstate, t + 1, state.key, kept), metrics
 
 
@@ -308,9 +375,27 @@ def own_metrics(alg: Algorithm, info: dict, aux) -> dict:
 
 def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
     """Sample this round's clients and run all of them (vmap or lax.map); returns (sel, n_sel, outs)."""
+    return _client_phase(spec, state, hp, data)[:3]
+
+
+def federation_masks(spec: RoundSpec, state: RunState, k_sel, train_n):
+    """``(sel, {"valid", "arrived", "available"})`` of a federated round (:mod:`fedalf_jax.sim.federation`)."""
+    from .federation import arrivals, sample_available
+    sel, valid, n_avail = sample_available(tuple(spec.availability), spec.clients_per_round, state.key,
+                                           state.round, k_sel, train_n)
+    arrived = (arrivals(spec.dropout, jax.random.fold_in(state.key, state.round), valid) if spec.dropout > 0
+               else valid)
+    return sel, {"valid": valid, "arrived": arrived, "available": n_avail}
+
+
+def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
     m = spec.clients_per_round
     k_sel, ckeys = round_keys(state, m)
-    sel = sample_clients(spec, k_sel)
+    fed = None
+    if spec.federated:
+        sel, fed = federation_masks(spec, state, k_sel, data.train_n)
+    else:
+        sel = sample_clients(spec, k_sel)
     alg = spec.algorithm
     duals = (T.take_as(state.duals, sel, client_state_like(alg, state.variables["params"]))
              if alg.has_client_state else ())
@@ -344,7 +429,7 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
         outs = jax.tree_util.tree_map(lambda x: jax.lax.all_gather(x, "clients", tiled=True), local(mine, shared))
     else:
         outs = local(per_client, shared)
-    return sel, n, outs
+    return sel, n, outs, fed
 
 
 def device_mesh(devices: int, axis: str):
@@ -359,8 +444,8 @@ def device_mesh(devices: int, axis: str):
 
 def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
     """One whole round, mapped over the sampled clients (the compiled program's body)."""
-    sel, n, outs = client_phase(spec, state, hp, data)
-    new, metrics = server_step(spec, state, sel, n, outs, hp)
+    sel, n, outs, fed = _client_phase(spec, state, hp, data)
+    new, metrics = server_step(spec, state, sel, n, outs, hp, fed)
     if spec.eval_average:  # θ̄_t = θ̄_{t−1} + (θ_t − θ̄_{t−1}) / t: the mean of θ_1..θ_t
         new = new._replace(average=running_mean(state.average, new.variables, new.round))
     return new, metrics
