@@ -179,3 +179,15 @@ def test_a_client_whose_upload_is_lost_keeps_its_state():
             np.testing.assert_array_equal(nw[i], out[j].astype(nw.dtype) if arrived[j] else old[i])
         others = np.setdiff1d(np.arange(12), sel)
         np.testing.assert_array_equal(nw[others], old[others])
+
+
+def test_a_round_where_nothing_arrives_keeps_the_server_state():
+    """FedLF's history rows would store the (zero) deltas of the sampled and their round: none arrived, none kept."""
+    exp = build(Config(**{**SMALL, "algorithm": "fedlf", "partition": "iid"}, dropout=1.0))
+    state = init_state(exp.spec, 0)
+    sel, n, outs, fed = jax.jit(lambda s: _client_phase(exp.spec, s, exp.hp, exp.data))(state)
+    new, met = jax.jit(lambda s, a, b, c, f: server_step(exp.spec, s, a, b, c, exp.hp, f))(state, sel, n, outs, fed)
+    assert float(met["arrived"]) == 0 and float(met["available"]) == 12
+    for a, b in zip(jax.tree_util.tree_leaves((state.sstate, state.variables)),
+                    jax.tree_util.tree_leaves((new.sstate, new.variables))):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
