@@ -163,8 +163,23 @@ def test_bad_input_is_one_line_naming_the_fix(kw, says):
     assert says in msg and "\n" not in msg
 
 
+def _past_validation(cfg, **kw):
+    """``cfg`` with federation options its algorithm refuses (a server that does not weigh by ServerIn.weights):
+    the round's own bookkeeping of states is tested on them all the same."""
+    for k, v in kw.items():
+        object.__setattr__(cfg, k, v)
+    return cfg
+
+
+def test_unweighted_builtin_servers_are_refused():
+    for alg in ("qfedavg", "fedadmm", "fedlf", "fedalf"):
+        with pytest.raises(ConfigError, match="does not weigh the clients by ServerIn.weights"):
+            Config(**{**SMALL, "algorithm": alg}, dropout=0.1)
+    Config(**{**SMALL, "algorithm": "fedprox"}, dropout=0.1)
+
+
 def test_a_client_whose_upload_is_lost_keeps_its_state():
-    exp = build(Config(**{**SMALL, "algorithm": "fedadmm"}, availability="beta:0.5,2", dropout=0.4))
+    exp = build(_past_validation(Config(**{**SMALL, "algorithm": "fedadmm"}), availability="beta:0.5,2", dropout=0.4))
     assert exp.spec.algorithm.has_client_state
     state = init_state(exp.spec, 0)
     state = state._replace(duals=jax.tree_util.tree_map(lambda x: x + 0.25, state.duals))  # not the new rows' zeros
@@ -183,7 +198,7 @@ def test_a_client_whose_upload_is_lost_keeps_its_state():
 
 def test_a_round_where_nothing_arrives_keeps_the_server_state():
     """FedLF's history rows would store the (zero) deltas of the sampled and their round: none arrived, none kept."""
-    exp = build(Config(**{**SMALL, "algorithm": "fedlf", "partition": "iid"}, dropout=1.0))
+    exp = build(_past_validation(Config(**{**SMALL, "algorithm": "fedlf", "partition": "iid"}), dropout=1.0))
     state = init_state(exp.spec, 0)
     sel, n, outs, fed = jax.jit(lambda s: _client_phase(exp.spec, s, exp.hp, exp.data))(state)
     new, met = jax.jit(lambda s, a, b, c, f: server_step(exp.spec, s, a, b, c, exp.hp, f))(state, sel, n, outs, fed)

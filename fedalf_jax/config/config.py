@@ -467,6 +467,10 @@ def _check_federation(cfg: "Config") -> None:
         raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with a privacy mechanism: its accounting "
                           f"assumes uniform sampling at m/N and every upload arriving, which these do not give "
                           f"(not built yet); use --availability always --dropout 0, or no --ldp/--dp")
+    if (av != ("always",) or p > 0) and cfg.algorithm in BUILTINS and not declared(cfg.algorithm).weighted_by_n:
+        raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with algorithm {cfg.algorithm!r}: its server "
+                          f"does not weigh the clients by ServerIn.weights, so a missing client would count as a zero "
+                          f"update (not built yet); use fedavg or fedprox, or --availability always --dropout 0")
 
 
 def _taking_derived_keys(init):
