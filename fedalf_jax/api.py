@@ -147,7 +147,7 @@ class Result:
 def _check_checkpoint_round(res: Result, checkpointed: int) -> None:
     """Refuse (one line) the checkpoint of round ``checkpointed`` as ``res``'s model and states when the run went
     on past it: its last round (``summary.json``'s, or metrics.csv's last row) is later, so the checkpoint holds
-    another round's model, not the run's final one (issue 47 item 6: a run continued with
+    another round's model, not the run's final one (a run continued with
     ``checkpoint_every="never"`` before that was refused, or killed between two checkpoints)."""
     rounds = [int(res.metrics["round"].max())] if len(res.metrics) and "round" in res.metrics else []
     if isinstance((res.summary or {}).get("round"), int):
@@ -186,7 +186,7 @@ def run(cfg: Optional[Config] = None, /, *, progress: bool = True, resume: bool 
     from .runner.rundir import RunDir
     cfg = _config(cfg, options)
     configure_for_api()  # the CLI's persistent compilation cache, unless this process chose its own
-    if not (resume and cfg.out and RunDir(cfg.out).has_config()):  # issue 47 item 15: a given option never read
+    if not (resume and cfg.out and RunDir(cfg.out).has_config()):  # a given option never read
         from .sweeps.sweep_plan import non_default, say_unread
         say_unread([cfg], set(options) | non_default(cfg.to_dict()), stacklevel=2)
     slot = run_loop(cfg, progress=progress, resume=resume, overwrite=overwrite, full=True)
@@ -282,7 +282,7 @@ def sweep(cfg: Optional[Config] = None, /, *, out: str | Path, grid: Optional[di
         raise ConfigError(f"grid option(s) {unknown} are not config options (seeds go in seeds=, the folder in out=)")
     configs = expand(base, grid, list(seeds))
     root = Path(out)
-    if not (resume and (root / "sweep.json").is_file()):  # issue 47 item 15: a given option no run reads
+    if not (resume and (root / "sweep.json").is_file()):  # a given option no run reads
         from .sweeps.sweep_plan import non_default, say_unread
         say_unread(configs, set(options) | set(grid) | non_default(cfg.to_dict()), stacklevel=2)
     if (root / "sweep.json").is_file() and not resume:

@@ -333,7 +333,7 @@ def bench_sweep(cfg: Config, *, widths, repeats: int = 3, progress=None, partial
     sweep makes ``repeats`` timed calls, and the single runs, one after another, ``repeats`` timed calls
     each; the sweep's calls are spread among the single runs, so that both see the same machine load.
     A single run's inputs and state are built just before its calls and dropped after them: beside the
-    sweep's ``W`` states, at most one single run's lives (not ``W``: issue 14). The separate time of
+    sweep's ``W`` states, at most one single run's lives (not ``W``). The separate time of
     repeat ``r`` is the sum of the runs' ``r``-th calls, which compute the same rounds as the sweep's.
 
     ``progress``: called with one line per width, with its predicted duration (:func:`predict_width_s`,

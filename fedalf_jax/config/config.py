@@ -43,7 +43,7 @@ BOOKKEEPING = ("rounds", "eval_every", "train_loss_every", "checkpoint_every", "
 # Identity entries that digest content rather than options: the arrays loaded from files (rundir.run_identity)
 # and a user's algorithm's or model's code (Config.identity). A checkpoint without one (written before they
 # were recorded) or with "uncheckable" cannot be checked; rundir.RunDir.usable_checkpoint says so. The code's
-# per-file digests (*_code_files, issue 47) name what changed when the code digest differs.
+# per-file digests (*_code_files) name what changed when the code digest differs.
 CONTENT = ("data_digest", "algorithm_code", "model_code", "algorithm_code_files", "model_code_files")
 
 
@@ -80,10 +80,10 @@ class Config:
     clients: int = 100
     clients_per_round: int = 10
     local_epochs: int = 1
-    # K minibatch steps per round instead of local_epochs epochs (issue 48; None: epochs); a client's steps cycle
+    # K minibatch steps per round instead of local_epochs epochs (None: epochs); a client's steps cycle
     # through reshuffled passes over its data, B examples each (sim.client.step_batches)
     local_steps: Optional[int] = None
-    # real federations (issue 58, docs/federations.md): which clients are available each round (always, beta:A,B,
+    # real federations (docs/federations.md): which clients are available each round (always, beta:A,B,
     # size, cyclic:PERIOD) and the probability that a sampled client's upload is lost
     availability: str = "always"
     dropout: float = 0.0
@@ -235,9 +235,9 @@ class Config:
             del d["hp"]
         if self.local_optimizer is None:  # as before the option existed (identities, digests, config.json)
             del d["local_optimizer"]
-        if not self.alg_args:  # likewise (issue 48 item 5): a run without factory arguments is what it was
+        if not self.alg_args:  # likewise: a run without factory arguments is what it was
             del d["alg_args"]
-        for name, off in (("local_steps", None), ("eval_average", False)):  # issue 48's: likewise when off
+        for name, off in (("local_steps", None), ("eval_average", False)):  # likewise when off
             if d[name] is off:
                 del d[name]
         return d
@@ -253,7 +253,7 @@ class Config:
                  dual_from=self.resolved_dual_from, fair_norm=self.resolved_fair_norm, ldp_on=self.resolved_ldp_on)
         if self.dp == "central":  # the noise is calibrated to the whole run's length: --rounds cannot change
             d["central_rounds"] = self.rounds
-            # and to the accounting: a checkpoint of the Poisson-accounted noise (before issue #27 item 15) is not resumed
+            # and to the accounting: a checkpoint of the Poisson-accounted noise (of the first releases) is not resumed
             d["central_accounting"] = "sampled without replacement, replace-one"
         if self.dataset not in DATASETS:  # a registered data set: its arrays are part of the run's identity
             d["dataset_digest"] = registry.dataset(self.dataset).digest
@@ -261,7 +261,7 @@ class Config:
             if name not in builtin:  # a user's code: its source file's digest (built-in code: the package's)
                 args = self.alg_args if kind == "algorithm" else None  # the algorithm its factory builds with them
                 d[f"{kind}_code"] = registry.code(kind, name, args)[0]
-                d[f"{kind}_code_files"] = registry.code_parts(kind, name, args)  # names what changed (issue 47)
+                d[f"{kind}_code_files"] = registry.code_parts(kind, name, args)  # names what changed
         return d
 
     @classmethod
@@ -349,7 +349,7 @@ class Config:
 
     def validated(self) -> "Config":
         # a user's algorithm's declaration (hparams, private_upload, ...) is read afresh from its factory: it may
-        # read globals a notebook changed since the last run (issue #47 item 8); read once per validation, and
+        # read globals a notebook changed since the last run; read once per validation, and
         # kept as the config's plugin (Config.plugin) for every reader after it
         _user_algorithm.cache_clear()
         self.__dict__.pop("_plugin", None)

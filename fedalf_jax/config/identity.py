@@ -157,7 +157,7 @@ def say_code(cfg: "Config") -> None:
 
 def check_code(kind: str, name: str, old, new: str, where, old_files=None) -> None:
     """The code digest a checkpoint in ``where`` recorded (``old``, with its per-file digests ``old_files``)
-    against this process's (``new``): a change is refused in one line naming the changed files (issue 47);
+    against this process's (``new``): a change is refused in one line naming the changed files;
     a digest recorded the way an older version made it (no per-file digests) is compared that way: issue
     36's (every ``.py`` file under the code's folders) and, before it, the module's and the defining files;
     when it matches, the run resumes with one line saying so; one that cannot be checked (not recorded yet,

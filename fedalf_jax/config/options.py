@@ -62,7 +62,7 @@ class Plugin(NamedTuple):
 
 def resolve_plugin(name: str, alg_args: Optional[dict] = None) -> Plugin:
     """:class:`Plugin` of algorithm ``name`` (its factory called afresh: it may read globals a notebook changed
-    since the last run, issue #47 item 8)."""
+    since the last run)."""
     if name in ALGORITHMS:
         return Plugin(name, True, declared(name))
     try:

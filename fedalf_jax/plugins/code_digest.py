@@ -6,7 +6,7 @@ the module of a ``module:attribute`` name) is made of when it is imported or reg
 gives its digest and a statement of what it covers, :func:`parts` one digest per file (and per piece of
 code outside any file), re-reading the globals that code outside any file reads.
 
-Covered: what the code **reaches** (issue 47, item 14), starting from the registered object, the
+Covered: what the code **reaches**, starting from the registered object, the
 ``module`` of a ``module:attribute`` name and (for an algorithm) the functions of the ``Algorithm`` its
 factory builds without the model's layers:
 
@@ -30,8 +30,8 @@ not reach (another ``.py`` file in the same folder that nothing reached imports)
 when it is imported (data files, the environment), and globals of other types (the statement names them).
 
 Older checkpoints recorded older digests, still compared the way they were made: ``Digest.legacy``
-(before issue 36: the module's and the defining files, the targets' code objects) and :func:`previous`
-(issue 36 to 47: every ``.py`` file under each reached module's folder, one digest for all).
+(in format 1: the module's and the defining files, the targets' code objects) and :func:`previous`
+(format 2: every ``.py`` file under each reached module's folder, one digest for all).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def _code_bytes(co) -> bytes:
 
 
 def _codes_of(t) -> list:
-    """The code objects of ``t`` as the digest before issue 36 took them (``Digest.legacy``: kept as it was)."""
+    """The code objects of ``t`` as the digest in format 1 took them (``Digest.legacy``: kept as it was)."""
     t = getattr(t, "__func__", t)
     if inspect.isfunction(t):
         return [t.__code__]
@@ -149,7 +149,7 @@ def _codes_of(t) -> list:
     return []
 
 
-# ---- the digest of issue 36 to 47 (every .py file under the reached modules' folders): :func:`previous` ----------
+# ---- the digest of format 2 (every .py file under the reached modules' folders): :func:`previous` ----------
 
 @dataclasses.dataclass
 class _Previous:
@@ -158,7 +158,7 @@ class _Previous:
     files: dict            # path -> sha256 of its bytes when taken
     homes: dict            # home folder -> (its .py files, capped)
     functions: list        # the targets' functions defined outside any file (their globals: re-read)
-    legacy: str            # the digest as made before issue 36 (checkpoints written before it)
+    legacy: str            # the digest as made in format 1 (checkpoints written before it)
     opaque: str = ""       # why nothing can be hashed ("": it can)
     unreadable: str = ""   # a file that cannot be read
 
@@ -180,7 +180,7 @@ def _add_file(files: dict, homes: dict, f: str, mod, *, unreadable: list) -> Non
 
 
 def _take_previous(obj, module=None) -> _Previous:
-    """What ``obj``'s code is made of now, as issue 36's digest took it: its files (and their homes) read, its
+    """What ``obj``'s code is made of now, as the format-2 digest took it: its files (and their homes) read, its
     file-less functions kept."""
     files, homes, functions, opaque, unreadable = {}, {}, [], [], []
     legacy_files, legacy_codes = [], []
@@ -266,7 +266,7 @@ class _Globals:
 
 
 def _current_previous(d: _Previous) -> tuple[str, str]:
-    """``(digest, covers)``: issue 36's digest of ``d``'s code now (its globals re-read) and a statement of what it
+    """``(digest, covers)``: the format-2 digest of ``d``'s code now (its globals re-read) and a statement of what it
     covers and does not; ``digest`` is ``"uncheckable"`` when nothing can be hashed."""
     if d.opaque:
         return "uncheckable", d.opaque
@@ -309,26 +309,26 @@ def _statement_previous(g: _Globals) -> str:
     return f"{_listed(covers, 6) if covers else 'nothing'}; not covered: {_listed(not_covered)}"
 
 
-# ---- the digest since issue 47: what the code reaches, one digest per file ------------------------------------
+# ---- the digest of format 3: what the code reaches, one digest per file ------------------------------------
 
 @dataclasses.dataclass
 class Digest:
     """What :func:`take` found: the files the code reaches (path -> sha256 of its bytes when taken), what the
     walk starts from (re-walked at each digest: the globals of file-less code are re-read), the digest as
-    made before issue 36 (``legacy``) and what :func:`previous` needs (issue 36 to 47's digest)."""
+    made in format 1 (``legacy``) and what :func:`previous` needs (the format-2 digest)."""
 
     files: dict            # path -> sha256 of its bytes when taken (the files the code reaches)
     roots: list            # what the walk starts from: modules and objects
-    legacy: str            # the digest as made before issue 36 (checkpoints written before it)
+    legacy: str            # the digest as made in format 1 (checkpoints written before it)
     opaque: str = ""       # why nothing can be hashed ("": it can)
     unreadable: str = ""   # a file that cannot be read
-    obj: Any = None        # the registered object and module (issue 36's digest: made when asked)
+    obj: Any = None        # the registered object and module (the format-2 digest: made when asked)
     module: Any = None
     _previous: Optional[str] = None
 
 
 def _legacy(obj, module) -> str:
-    """The digest as runs recorded it before issue 36 (the module's file, the files defining the targets,
+    """The digest as runs recorded it in format 1 (the module's file, the files defining the targets,
     the code objects of those defined outside any file): raises OSError."""
     files, codes = [], []
     if module is not None and _file_of(module):
@@ -384,7 +384,7 @@ def _now(d: Digest) -> _Reach:
 
 def _hashed(tag: bytes, found) -> str:
     """The 16-hex digest of what a walk ``found`` (its ``files``, ``codes`` and ``values``), after ``tag``
-    (the digest format: 2 for issue 36's, 3 for the per-file one)."""
+    (the digest format: 1 the first, 2 the folder digest, 3 the per-file one)."""
     h = hashlib.sha256(tag)
     h.update(b"".join(sorted(found.files.values())))  # the files' contents, wherever they lie
     for co in found.codes:
@@ -443,7 +443,7 @@ def changed(old: dict, new: dict) -> list:
 
 
 def previous(d: Digest) -> str:
-    """The digest as made from issue 36 to 47 (every ``.py`` file under each reached module's folder, one
+    """The digest as made in format 2 (the folder digest) (every ``.py`` file under each reached module's folder, one
     digest for all), which checkpoints of those versions recorded; made when first asked."""
     if d.opaque or d.unreadable or d.obj is None:
         return "uncheckable"

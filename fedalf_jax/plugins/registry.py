@@ -157,7 +157,7 @@ def code_parts(kind: str, name: str, args: Optional[dict] = None) -> dict:
 
 
 def previous_code(kind: str, name: str) -> str:
-    """The digest of ``name``'s code as runs recorded it from issue 36 to 47 (every ``.py`` file under its
+    """The digest of ``name``'s code as runs recorded it in format 2 (the folder digest) (every ``.py`` file under its
     modules' folders, one digest for all)."""
     if name not in _CODE[kind]:
         lookup(kind, name)
@@ -167,7 +167,7 @@ def previous_code(kind: str, name: str) -> str:
 def _take(kind: str, obj, module=None, args: Optional[dict] = None):
     """:func:`.code_digest.take` of a registered (or imported) ``obj``; for an algorithm's factory, with the
     ``Algorithm`` it builds without the model's layers (as :func:`.config.declared_hparams` builds it), so
-    its fields' functions are reached too (issue 47, item 14)."""
+    its fields' functions are reached too."""
     built = None
     if kind == "algorithm":
         from ..sim.algorithms import Algorithm
@@ -426,7 +426,7 @@ def make_data(name: str, x_train, y_train, x_test, y_test, *, num_classes: Optio
     for a in (x_train, y_train, x_test, y_test, *(clients[0] if clients else ()), *(clients[1] if clients else ())):
         h.update(str(a.shape).encode())
         h.update(np.ascontiguousarray(a).tobytes())
-        a.flags.writeable = False  # our own copies: a run trains on the arrays of the digest (issue #47 item 9)
+        a.flags.writeable = False  # our own copies: a run trains on the arrays of the digest
     return ArrayData(x_train, y_train, x_test, y_test, int(num_classes), clients, h.hexdigest()[:16])
 
 

@@ -1,7 +1,7 @@
 """A built-in data set's decoded images kept on disk, and mapped at the next start instead of decoded again.
 
 Decoding Fashion-MNIST (decompressing, casting 55 MB of bytes to 220 MB of float32 in fresh memory) was a
-single run's largest system-time cost at start (issue 49: the pages' zeroing); CIFAR's pickles and
+single run's largest system-time cost at start (the pages' zeroing); CIFAR's pickles and
 normalisation cost more. The first load of a data set from its files writes what it decoded into one folder of
 the cache: ``x.npy`` (float32 images, train then test, in the order the pool uses them), ``y.npy`` (int32
 labels, the same order) and ``meta.json`` (the split sizes, the classes, the data's digest). A later load of the

@@ -284,7 +284,7 @@ class Model:
         Compiled once: eager flax init would dispatch hundreds of small ops. Also usable under jit / vmap
         (e.g. over seeds). A built-in model's compiled init is shared per (module, input shape) by every
         :class:`Model` of this process (its code cannot change); a user's module is traced afresh for each
-        ``Model`` (one per run): it may read globals a notebook changed since the last run (issue #47 item 1).
+        ``Model`` (one per run): it may read globals a notebook changed since the last run.
         """
         if _shared_init(self):
             return _jitted_init(self.module, self.input_shape, self.takes_train)(key)

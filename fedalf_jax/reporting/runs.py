@@ -100,8 +100,7 @@ _LOOKED_UP: Optional[dict] = None  # (kind, name) -> why, while load_runs reads 
 def unresolved_names(d: dict) -> dict[str, tuple[str, str]]:
     """``{kind: (name, why)}`` for each user name of config dict ``d`` (its algorithm, model, data set) that
     this process cannot resolve: a name registered with ``fj.register_*`` in another process, or a
-    ``module:attribute`` whose import fails, whatever it raises (a SyntaxError, a NameError at import time:
-    issue 47 item 13). ``why`` is one line: ``is not registered in this process``, or what the import raised."""
+    ``module:attribute`` whose import fails, whatever it raises (a SyntaxError, a NameError at import time). ``why`` is one line: ``is not registered in this process``, or what the import raised."""
     out = {}
     for kind, builtin in _USER_KINDS:
         name = d.get(kind)
@@ -316,7 +315,7 @@ def _read_run(rd: RunDir, status: str) -> Run:
     elif status == "done" and not _load_curves(run, rd):
         run.status = "empty"
     elif status == "done" and (bad := _personal_diverged(run)) is not None:
-        run.status = "diverged"  # as the run loop marks it now (issue 47 item 4): never shown as accuracies
+        run.status = "diverged"  # as the run loop marks it now: never shown as accuracies
         run.note = (f"{run.name}: its clients' personal models diverged by round {bad} (personal test loss not "
                     f"finite) though it ended done; counted as diverged, its personal accuracies not shown")
     return run

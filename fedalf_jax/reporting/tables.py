@@ -117,7 +117,7 @@ def _column(dataset: str, partition: str, cells: list[Cell] = ()) -> str:
 def setting(cells: list[Cell]) -> str:
     """What a table column's (or a figure's) runs ran on beyond the data set and partition, as
     `` (α=0.1, 100 clients)``: the Dirichlet α of a ``dirichlet`` partition and the number of clients, each
-    with every value the runs have (``α=0.1/0.5``); ``""`` for no runs (issue 49 item 7: no report said
+    with every value the runs have (``α=0.1/0.5``); ``""`` for no runs (no report said
     either)."""
     runs = [r for c in cells for g in (c.done, c.diverged) for rs in g.values() for r in rs]
     alphas = sorted({float(r.cfg["alpha"]) for r in runs

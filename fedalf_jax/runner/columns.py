@@ -32,7 +32,7 @@ std and worst 10% accuracy, fairness angle in degrees, mean test loss), beside t
 
 AVERAGE_PREFIX = "avg_"
 AVERAGE_KEYS = tuple(AVERAGE_PREFIX + k for k in (*SUMMARY_KEYS, "test_loss"))
-"""The columns of a run with ``eval_average`` (issue 48): the averaged iterate θ̄_t = mean(θ_1..θ_t) on every
+"""The columns of a run with ``eval_average``: the averaged iterate θ̄_t = mean(θ_1..θ_t) on every
 client's test split (θ_0 at round 0), as the last iterate's columns, then each client's accuracy ``avg_acc_i``."""
 
 

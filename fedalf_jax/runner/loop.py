@@ -354,7 +354,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 pending, t0 = [], time.perf_counter()
             if variables0 is not None and not (INTERRUPT.requested and t < cfg.rounds):  # no round ran: zero rounds
                 state, variables0 = row0(state, variables0), None  # (a signal before the first: nothing to evaluate)
-            saving = ("saving the checkpoint" if INTERRUPT.requested else  # the final one said too (issue 47 item 16)
+            saving = ("saving the checkpoint" if INTERRUPT.requested else  # the final one said too
                       "writing the checkpoint" if ckpt.busy() else None)
             with stage(progress, saving) if saving else contextlib.nullcontext():
                 ckpt.wait()
@@ -379,7 +379,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
 def _check_diverged(slot: Slot, row: dict) -> None:
     """Mark ``slot`` diverged when the evaluation ``row`` has a test loss that is not finite, the global
     model's or, for an algorithm with a personal model, the clients' own models' (``personal_test_loss``:
-    their accuracies would be the argmax of NaN logits, issue 47 item 4)."""
+    their accuracies would be the argmax of NaN logits)."""
     if not math.isfinite(row["test_loss"]):
         slot.status = "diverged"
         own = f" or check the algorithm's own hyper-parameters ({', '.join(f'--hp {k}={v:g}' for k, v in slot.cfg.hp.items())})" \
@@ -625,7 +625,7 @@ def _run(cfg: Config, rd: Optional[RunDir], writer: bool, *, progress: bool, res
                     if start == cfg.rounds and rd.status() == "running":  # it ended, but its summary.json is gone
                         return _rebuild_summary(cfg, rd, state, writer)
                 if resume and (ended := _ended(cfg, rd)) is not None:  # its checkpoint, if any, may be older
-                    if writer and (ended.rows or ended.reached):  # (issue 47 item 6: a plain --resume never
+                    if writer and (ended.rows or ended.reached):  # (a plain --resume never
                         # re-opens an ended run; without rows, the command's error says what is wrong)
                         at = ended.reached or ended.rows[-1]["round"]  # reached: an unevaluated run's (never)
                         more = " (--rounds N continues it)" if ended.status == "done" else ""

@@ -26,7 +26,7 @@ def _bar_class():
     """``tqdm.auto.tqdm`` whose rate, where tqdm has no smoothed one (its last line, drawn at close, which tqdm
     makes the whole command's rounds over its whole time), counts from the first round to the last round
     counted (:meth:`Progress.start_rounds`, :meth:`Progress.end_call`): not the loading, the compile, nor the
-    final checkpoint's write (issue 47 item 16). Its elapsed clock stays the command's."""
+    final checkpoint's write. Its elapsed clock stays the command's."""
     from tqdm.auto import tqdm
 
     class Bar(tqdm):

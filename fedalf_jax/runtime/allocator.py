@@ -4,7 +4,7 @@ XLA:CPU allocates each program call's temporaries afresh and frees them at the c
 serves an allocation over 32 MB (its largest mmap threshold) with a fresh ``mmap`` and returns it with
 ``munmap``, so every round touches its temporaries as new pages: a page fault per 4 KiB and the kernel
 zeroing them. A 3-run FedLF MLP sweep's round has a 316 MB temporary (the QP rows of the three runs):
-~110,000 page faults a round, a third of the sweep's CPU time in the kernel (issue 49; docs/lab/benchmarks.md,
+~110,000 page faults a round, a third of the sweep's CPU time in the kernel (docs/lab/benchmarks.md,
 "The kernel's share of a sweep").
 
 The command therefore starts itself again (``os.execve``: the same process id), before it loads anything,

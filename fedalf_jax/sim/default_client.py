@@ -1,4 +1,4 @@
-"""The client of local training (issue 56): :func:`local_training`, the public factory that returns a
+"""The client of local training: :func:`local_training`, the public factory that returns a
 :class:`~fedalf_jax.sim.algorithms.ClientProgram` from the pieces an algorithm's client is made of (a penalty, a
 local loss, a local optimiser, a start, a personal model, kept collections, an upload, or a full-gradient client),
 each an explicit function of the client's ``ctx`` (:class:`~fedalf_jax.sim.program.ClientContext`). The built-in

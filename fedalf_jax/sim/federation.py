@@ -1,4 +1,4 @@
-"""Real federations (issue 58, first slice): which clients are available each round, and which uploads arrive.
+"""Real federations (first slice): which clients are available each round, and which uploads arrive.
 
 ``availability`` (a Config string, parsed by :func:`parse_availability`): ``always`` (every client, every round:
 the round's sampler is then :func:`fedalf_jax.sim.round.sample_clients`, unchanged), ``beta:A,B`` (a per-client

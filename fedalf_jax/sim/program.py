@@ -1,4 +1,4 @@
-"""The client program (issue 48; docs/extending.md "The client program"): a client's whole local procedure
+"""The client program (docs/extending.md "The client program"): a client's whole local procedure
 as three pure functions with an explicit carry, after FedJAX's ``for_each_client(client_init, client_step,
 client_final)``:
 
