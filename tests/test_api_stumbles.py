@@ -101,7 +101,7 @@ def test_sown_intermediates_run_as_documented_and_other_collections_are_refused(
     with pytest.raises(fj.ConfigError) as e:
         fj.run(model="counts", progress=False, **base)
     assert "\n" not in str(e.value) and "variable collections ['counter']" in str(e.value)
-    doc = " ".join((ROOT / "docs" / "extending.md").read_text().split())
+    doc = " ".join((ROOT / "docs" / "models-and-data.md").read_text().split())
     assert "Values `sow`n into `intermediates` (flax's default for `sow`) are allowed but not kept" in doc
     assert "A model with other variable collections" in doc
 

@@ -334,7 +334,7 @@ mutate fedalf_jax/plugins/registry.py '        if any(n is not None for n in fla
   "api: clients=[a, b] reported as a shape () error (item 10)" "$A -k flat_index"
 mutate fedalf_jax/config/config.py '        elif data.clients is not None:  # a scheme would split' '        elif False:  # a scheme would split' \
   "api: pat1 over a data set's own client lists ignores them (item 10)" "$A -k partition_scheme"
-mutate docs/extending.md 'are allowed but not kept' 'are refused' "api: the docs refuse the sown intermediates that run (item 10)" \
+mutate docs/models-and-data.md 'are allowed but not kept' 'are refused' "api: the docs refuse the sown intermediates that run (item 10)" \
   "$A -k sown"
 mutate fedalf_jax/api.py '**{k: opts.get(k) for k in varied}, "status": r.status,' '"status": r.status,' \
   "api: the sweep table without the varied options (item 10)" "$A -k sweep_table"
