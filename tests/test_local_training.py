@@ -117,3 +117,25 @@ def test_local_training_refuses_what_it_cannot_run():
         both = fj.Algorithm("both", server=fj.algorithms.weighted_mean_server, client=fj.local_training(),
                             penalty=fj.algorithms.prox_penalty)
     assert training_of(both).penalty is not None and training_of(both).upload is None
+
+
+def test_the_cli_gives_the_old_fields_one_line(tmp_path):
+    """From the command line, an algorithm written with the 0.1 fields runs and says so once: the builds that
+    ignore warnings (the code digest's, the privacy check's) do not use up its one line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    from fedalf_jax.sim.algorithms import DEPRECATED
+    (tmp_path / "old56.py").write_text(
+        "import jax\nimport fedalf_jax as fj\n\n\ndef upload(theta, w, w_tilde, state, hp, lr_t):\n"
+        "    return jax.tree_util.tree_map(lambda t, u: t - u, theta, w_tilde), state\n\n\n"
+        "def old():\n    return fj.Algorithm('old56', server=fj.algorithms.weighted_mean_server, upload=upload)\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{root}"}
+    p = subprocess.run([sys.executable, "-m", "fedalf_jax.cli", "run", "--algorithm", "old56:old", "--dataset",
+                        "synthetic", "--model", "mlp", "--clients", "4", "--clients-per-round", "2", "--rounds", "1",
+                        "--synthetic-train", "80", "--synthetic-test", "40", "--no-progress", "--out",
+                        str(tmp_path / "r")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if DEPRECATED in ln]
+    assert len(lines) == 1 and "old56.py" in lines[0] and "fj.local_training(upload=)" in lines[0], p.stderr

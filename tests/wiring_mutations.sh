@@ -1327,4 +1327,6 @@ mutate fedalf_jax/api.py "return federated_sampled(cfg.clients, cfg.clients_per_
   "fed58: Result.sampled_clients replays uniform sampling under availability" "$F -k replay"
 mutate fedalf_jax/config/config.py '    if (av != ("always",) or p > 0) and (cfg.ldp != "none" or cfg.dp != "none"):' \
   '    if False:' "fed58: availability/dropout accepted under a privacy mechanism" "$F -k bad_input"
+mutate fedalf_jax/plugins/registry.py "with warnings.catch_warnings(), unwarned():" "with warnings.catch_warnings():" \
+  "client56: the digest's silent build uses up the old fields' one line" "tests/test_local_training.py -k cli_gives"
 exit $status

@@ -443,7 +443,8 @@ class Config:
             raise ConfigError(str(e)) from None
         if self.dataset == "synthetic" and self.data_dir is not None:
             raise ConfigError("--data-dir has no meaning for --dataset synthetic; drop one of them")
-        with warnings.catch_warnings():  # the ε ≥ 1 Gaussian-DP warning is given once, at run start
+        from ..sim.algorithms import unwarned
+        with warnings.catch_warnings(), unwarned():  # the ε ≥ 1 Gaussian-DP warning is given once, at run start
             warnings.simplefilter("ignore")
             try:
                 self.check_privacy()

@@ -170,11 +170,11 @@ def _take(kind: str, obj, module=None, args: Optional[dict] = None):
     its fields' functions are reached too."""
     built = None
     if kind == "algorithm":
-        from ..sim.algorithms import Algorithm
+        from ..sim.algorithms import Algorithm, unwarned
         if callable(obj) and not isinstance(obj, Algorithm):
             import warnings
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), unwarned():
                     warnings.simplefilter("ignore")
                     args = args or {}
                     built = obj(layer_of=None, **args) if _accepts(obj, "layer_of") else obj(**args)

@@ -380,6 +380,18 @@ _WARNED: set = set()  # (algorithm name, old fields) already warned of in this p
 DEPRECATED = "of fj.Algorithm are deprecated; give client=fj.local_training("  # the warning's text, for tests
 
 
+class unwarned:
+    """Within: algorithms built with the warnings ignored (a digest's or a check's build) do not count as warned
+    of, so the next build outside still gives its one line."""
+
+    def __enter__(self):
+        self._before = set(_WARNED)
+
+    def __exit__(self, *exc):
+        _WARNED.intersection_update(self._before)
+        return False
+
+
 def _warn_old_client_fields(alg: "Algorithm") -> None:
     """One :class:`~fedalf_jax.runtime.notices.Notice` line for an algorithm written with the 0.1 client fields,
     naming the replacement (they keep working for a release)."""
