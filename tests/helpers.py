@@ -19,6 +19,20 @@ def cli(capsys, argv):
     return code, capsys.readouterr().err
 
 
+def assert_command_parses(where: str, argv: list) -> None:
+    """``fedalf ARGV`` as a page gives it parses with the real parser (a renamed flag fails), and a ``run`` or
+    ``bench`` without ``--config``/``--resume`` has valid options too (a ConfigError fails)."""
+    from fedalf_jax import cli_options
+    if "--help" in argv:
+        return
+    try:
+        args = cli_options.build_parser().parse_args(argv)
+    except SystemExit as e:
+        pytest.fail(f"{where} does not parse (exit {e.code})")
+    if argv[0] in ("run", "bench") and "--config" not in argv and "--resume" not in argv:
+        cli_options.config_from_args(args)
+
+
 def without_deprecation(err: str) -> str:
     """``err`` without the one line naming the replacement of a 0.1 client field (the tests' algorithms that still
     use them test something else)."""

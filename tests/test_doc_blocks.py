@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 import fedalf_jax as fj
-from fedalf_jax import cli_options
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -61,15 +60,8 @@ def test_the_pages_have_blocks_to_test():
 @pytest.mark.parametrize("page,cmd", [(p.relative_to(ROOT).as_posix(), c) for p, c in _shell_commands()
                                       if _fedalf_argv(c) is not None])
 def test_every_fedalf_command_parses(page, cmd):
-    argv = _fedalf_argv(cmd)
-    if "--help" in argv:
-        return
-    try:
-        args = cli_options.build_parser().parse_args(argv)
-    except SystemExit as e:
-        pytest.fail(f"{page}: {cmd!r} does not parse (exit {e.code})")
-    if argv[0] in ("run", "bench") and "--config" not in argv and "--resume" not in argv:
-        cli_options.config_from_args(args)  # the values are valid too (a ConfigError fails the test)
+    from helpers import assert_command_parses
+    assert_command_parses(f"{page}: {cmd!r}", _fedalf_argv(cmd))
 
 
 @pytest.mark.parametrize("page,cmd", [(p.relative_to(ROOT).as_posix(), c) for p, c in _shell_commands()])

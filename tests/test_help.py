@@ -92,16 +92,9 @@ def test_readme_commands_are_copy_pasteable():
     assert not re.search(r"^(fedalf|jupyter|pytest) ", text, flags=re.M), "a README command needs .venv/bin/"
     commands = _readme_commands("fedalf")
     assert len(commands) >= 12
+    from helpers import assert_command_parses
     for line in commands:
-        argv = shlex.split(line.split(".venv/bin/fedalf", 1)[1])
-        if "--help" in argv:
-            continue
-        try:
-            args = cli.build_parser().parse_args(argv)
-        except SystemExit as e:
-            pytest.fail(f"README: {line!r} does not parse (exit {e.code})")
-        if argv[0] in ("run", "bench") and "--config" not in argv and "--resume" not in argv:
-            cli.config_from_args(args)  # valid options too (a ConfigError fails the test)
+        assert_command_parses(f"README: {line!r}", shlex.split(line.split(".venv/bin/fedalf", 1)[1]))
     (nb,) = _readme_commands("jupyter")
     assert nb.startswith('FEDALF_RUNS="$PWD/') and "notebooks/explore_runs.ipynb" in nb
     assert "bash experiments/setup.sh notebooks" in text
