@@ -42,7 +42,7 @@ def main():
     exp = build(cfg)
     state = init_state(exp.spec, 0)
     nbytes = lambda t: sum(x.nbytes for x in jax.tree_util.tree_leaves(t))  # noqa: E731
-    per_client = (nbytes(state.duals) + nbytes(state.sstate[0] if state.sstate else ())) / a.clients
+    per_client = (nbytes(state.client_states) + nbytes(state.sstate[0] if state.sstate else ())) / a.clients
     params = sum(x.size for x in jax.tree_util.tree_leaves(state.variables["params"]))
     prog = Program(exp.spec)
     t0 = time.perf_counter()

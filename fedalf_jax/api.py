@@ -108,7 +108,7 @@ class Result:
     def client_states(self):
         """Every client's state (``Algorithm.init_client_state``'s pytree with a leading axis of N clients;
         the ADMM duals), from the run directory's last checkpoint."""
-        return self._checkpoint.duals
+        return self._checkpoint.client_states
 
     @property
     def server_state(self):

@@ -111,12 +111,12 @@ def test_feddyn_example_matches_a_round_computed_by_hand(tmp_path):
     # each client's accuracy: its test labels equal to argmax θ
     want = [np.mean(np.asarray(t) == np.argmax(theta)) for t in TEST_LABELS]
     np.testing.assert_allclose(res.metrics[["acc_0", "acc_1", "acc_2"]].iloc[-1].to_numpy(), want)
-    # the per-client state (g_i) lives in the checkpoint's duals, row per client
+    # the per-client state (g_i) lives in the checkpoint's client_states, row per client
     from fedalf_jax.experiment.build import load_pool, make_spec
     from fedalf_jax.experiment.rundir import RunDir
     from fedalf_jax.sim.round import init_state
     state = RunDir(tmp_path / "dyn").load_checkpoint(init_state(make_spec(cfg, load_pool(cfg)), 0))
-    np.testing.assert_allclose(np.asarray(state.duals["b"]), np.stack(g), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(state.client_states["b"]), np.stack(g), rtol=0, atol=1e-6)
     np.testing.assert_allclose(np.asarray(state.sstate["b"]), h, rtol=0, atol=1e-6)
 
 

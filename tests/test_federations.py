@@ -182,13 +182,13 @@ def test_a_client_whose_upload_is_lost_keeps_its_state():
     exp = build(_past_validation(Config(**{**SMALL, "algorithm": "fedadmm"}), availability="beta:0.5,2", dropout=0.4))
     assert exp.spec.algorithm.has_client_state
     state = init_state(exp.spec, 0)
-    state = state._replace(duals=jax.tree_util.tree_map(lambda x: x + 0.25, state.duals))  # not the new rows' zeros
+    state = state._replace(client_states=jax.tree_util.tree_map(lambda x: x + 0.25, state.client_states))  # not the new rows' zeros
     sel, n, outs, fed = jax.jit(lambda s: _client_phase(exp.spec, s, exp.hp, exp.data))(state)
     new, _ = jax.jit(lambda s, a, b, c, f: server_step(exp.spec, s, a, b, c, exp.hp, f))(state, sel, n, outs, fed)
     arrived, sel = np.asarray(fed["arrived"]), np.asarray(sel)
     assert arrived.any() and not arrived.all()
-    for old, nw, out in zip(jax.tree_util.tree_leaves(state.duals), jax.tree_util.tree_leaves(new.duals),
-                            jax.tree_util.tree_leaves(outs.dual)):
+    for old, nw, out in zip(jax.tree_util.tree_leaves(state.client_states), jax.tree_util.tree_leaves(new.client_states),
+                            jax.tree_util.tree_leaves(outs.state)):
         old, nw, out = np.asarray(old), np.asarray(nw), np.asarray(out)
         for j, i in enumerate(sel):
             np.testing.assert_array_equal(nw[i], out[j].astype(nw.dtype) if arrived[j] else old[i])

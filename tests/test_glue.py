@@ -245,9 +245,9 @@ def test_load_checkpoint_returns_the_round_asked_for(resumed):
     assert int(last.round) == 5
     # round 4's state, computed here without any checkpoint
     want, _ = jax.jit(lambda s: run_rounds(exp.spec, s, exp.hp, exp.data, 4))(init)
-    for x, y, z in zip(jax.tree_util.tree_leaves((got.variables, got.duals)),
-                       jax.tree_util.tree_leaves((want.variables, want.duals)),
-                       jax.tree_util.tree_leaves((last.variables, last.duals))):
+    for x, y, z in zip(jax.tree_util.tree_leaves((got.variables, got.client_states)),
+                       jax.tree_util.tree_leaves((want.variables, want.client_states)),
+                       jax.tree_util.tree_leaves((last.variables, last.client_states))):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
     moved = [np.abs(np.asarray(x) - np.asarray(z)).max() for x, z in zip(
         jax.tree_util.tree_leaves(got.variables), jax.tree_util.tree_leaves(last.variables))]

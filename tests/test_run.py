@@ -32,8 +32,9 @@ def test_compiled_round_equals_sequential_client_loop(algorithm, client_map):
     for a, b in zip(jax.tree_util.tree_leaves(s_seq), jax.tree_util.tree_leaves(s_vec)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
     if algorithm == "fedadmm":  # exactly the sampled clients' duals moved
-        moved = np.asarray(jax.tree_util.tree_leaves(s_vec.duals)[0]).reshape(cfg.clients, -1)
+        moved = np.asarray(jax.tree_util.tree_leaves(s_vec.client_states)[0]).reshape(cfg.clients, -1)
         assert 3 <= int(np.sum(np.abs(moved).sum(1) > 0)) <= 6
+        assert s_vec.duals is s_vec.client_states  # the 0.1 name still reads the same rows
 
 
 def _metrics(path):
@@ -136,8 +137,8 @@ def test_privacy_in_the_round():
     assert np.abs(a - c).max() > 1e-3
     # dual_from: the local dual ignores the noise, the perturbed one includes it
     dp, _ = _round_params(base.replace(ldp="adaptive", dual_from="perturbed"))
-    nl = np.abs(np.asarray(jax.tree_util.tree_leaves(dl.duals)[0])).sum()
-    npb = np.abs(np.asarray(jax.tree_util.tree_leaves(dp.duals)[0])).sum()
+    nl = np.abs(np.asarray(jax.tree_util.tree_leaves(dl.client_states)[0])).sum()
+    npb = np.abs(np.asarray(jax.tree_util.tree_leaves(dp.client_states)[0])).sum()
     assert npb > 1.2 * nl > 0  # the LDP noise (variance δ²(k²−1)) is in the perturbed dual only
     # Gaussian DP with a huge budget and clip adds (almost) nothing
     g, _ = _round_params(base.replace(dp="gaussian", epsilon=1e8, clip=100.0, delta=0.5))  # σ ≈ 1.4e-6
@@ -216,8 +217,8 @@ def test_bfloat16_state_storage_halves_the_per_client_rows_and_resumes(tmp_path,
     f32 = init_state(build(cfg).spec, 0)
     b16 = init_state(build(cfg.replace(state_dtype="bfloat16")).spec, 0)
     nbytes = lambda t: sum(x.nbytes for x in jax.tree_util.tree_leaves(t))  # noqa: E731
-    assert all(x.dtype == jnp.bfloat16 for x in jax.tree_util.tree_leaves((b16.duals, b16.sstate[0])))
-    assert nbytes((b16.duals, b16.sstate[0])) * 2 == nbytes((f32.duals, f32.sstate[0]))
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree_util.tree_leaves((b16.client_states, b16.sstate[0])))
+    assert nbytes((b16.client_states, b16.sstate[0])) * 2 == nbytes((f32.client_states, f32.sstate[0]))
     assert b16.sstate[2].dtype == jnp.float32  # the history Gram stays float32
     full = run(cfg.replace(state_dtype="bfloat16", out=str(tmp_path / "full")), progress=False)
     part = cfg.replace(state_dtype="bfloat16", out=str(tmp_path / "part"), rounds=2)

@@ -70,13 +70,13 @@ def main() -> int:
     g = jnp.concatenate([x.reshape(-1) for x in jax.tree_util.tree_leaves(jax.grad(global_loss)(theta))])
     g_unit = g / jnp.linalg.norm(g)
     phases = {t: jax.jit(lambda s, sp=sp: client_phase(sp, s, hp, data)[2].delta) for t, sp in specs.items()}
-    no_dual = jax.tree_util.tree_map(jnp.zeros_like, state.duals)
+    no_dual = jax.tree_util.tree_map(jnp.zeros_like, state.client_states)
     cases = [(f"{t}, with dual", t, False) for t in a.targets] + [("dual = 0", a.targets[0], True)]
     res = {name: [] for name, _, _ in cases}
     for r in range(a.rounds):
         s = state._replace(round=jnp.asarray(t0 + r, state.round.dtype))
         for name, t, zero in cases:
-            layers, whole = rows(phases[t](s._replace(duals=no_dual) if zero else s))
+            layers, whole = rows(phases[t](s._replace(client_states=no_dual) if zero else s))
             cos_g = np.asarray((whole / jnp.linalg.norm(whole, axis=1, keepdims=True)) @ g_unit)
             res[name].append(dict(
                 cos=pair_stats(whole), layer=[pair_stats(x) for x in layers],

@@ -40,8 +40,8 @@ def sequential_round(spec, client_j, server_j, sel_j, state, hp, data):
     outs = []
     for i in range(m):
         c = sel[i]
-        dual = jax.tree_util.tree_map(lambda a: a[c], state.duals) if spec.algorithm.has_client_state else ()
-        outs.append(client_j(state.variables, dual, data.train_idx[c], data.train_n[c], ckeys[i], hp,
+        cstate = jax.tree_util.tree_map(lambda a: a[c], state.client_states) if spec.algorithm.has_client_state else ()
+        outs.append(client_j(state.variables, cstate, data.train_idx[c], data.train_n[c], ckeys[i], hp,
                              state.round, data.x, data.y))
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs)
     return server_j(state, sel, data.train_n[sel], stacked, hp)

@@ -255,14 +255,14 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
 
         def work():
             at0 = state._replace(variables=variables0)
-            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1], sstate=duals0[2],
+            at0 = at0 if duals0 is None else at0._replace(client_states=duals0[0], clients=duals0[1], sstate=duals0[2],
                                                           round=duals0[3])
             if program.spec.eval_average:  # the averaged iterate of no round yet: θ_0 (its own buffers: donated)
                 at0 = at0._replace(average=jax.tree_util.tree_map(jnp.copy, variables0))
             st, out = program(at0, hp, data, 0)
             tl = program.train_loss(st, hp, data)
             st = st._replace(variables=state.variables, average=state.average)
-            return (st if duals0 is None else st._replace(duals=state.duals, clients=state.clients, sstate=state.sstate,
+            return (st if duals0 is None else st._replace(client_states=state.client_states, clients=state.clients, sstate=state.sstate,
                                                           round=state.round)), to_host(out), \
                 to_host(tl)
         with stage(progress, "evaluating round 0"):
@@ -304,7 +304,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 raise stopped(saved=False) from None
             # The initial variables, evaluated as round 0 after the first evaluation (``row0``).
             personal = program.spec.algorithm.evaluates_own  # round 0 also evaluates the initial states
-            variables0 = (jax.tree_util.tree_map(jnp.copy, (state.variables, (state.duals, state.clients, state.sstate, state.round)
+            variables0 = (jax.tree_util.tree_map(jnp.copy, (state.variables, (state.client_states, state.clients, state.sstate, state.round)
                                                              if personal else None))
                           if start == 0 and evaluates else None)
             if progress is not None:

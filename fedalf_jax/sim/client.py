@@ -23,7 +23,7 @@ Penalty = Optional[Callable[[Any], jnp.ndarray]]  # params -> scalar added to th
 
 class ClientOut(NamedTuple):
     delta: Any      # Δ_i
-    dual: Any       # the client's new state (the ADMM dual; or ())
+    state: Any      # the client's new state (FedADMM's dual; or ())
     loss: Any       # l_i = f_i(θ_t) (0 when not needed)
     stats: Any      # the client's batch statistics after training (or None)
     noise_var: Any = 0.0  # Σ over Δ_i's values of their privacy-noise variance (0 unless the server asks)

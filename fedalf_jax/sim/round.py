@@ -50,12 +50,17 @@ class ClientData(NamedTuple):
 
 class RunState(NamedTuple):
     variables: Any  # global model {'params': θ, ('batch_stats': ...)}
-    duals: Any      # the per-client states of all N clients (leading axis N; the ADMM duals), or ()
+    client_states: Any  # the per-client states of all N clients (leading axis N; FedADMM's duals), or ()
     sstate: Any     # server state (FedLF history rows), or ()
     round: Any      # int32 scalar: the next round's index
     key: Any        # the run key; round t uses fold_in(key, t)
     clients: Any = ()  # what the round keeps per client for the algorithm beside its state (:func:`kept_per_client`)
     average: Any = ()  # --eval-average: the mean of the global variables after rounds 1..t (θ_0 before any), or ()
+
+    @property
+    def duals(self):
+        """The old name of :attr:`client_states` (0.1), kept for a release: read-only."""
+        return self.client_states
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -126,7 +131,7 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     variables = spec.model.init(init_key)
     params = variables["params"]
     stored = T.cast(params, spec.state_dtype)  # per-client rows are stored in spec.state_dtype
-    duals = client_states(spec.algorithm, stored, spec.num_clients, spec.state_dtype)
+    states = client_states(spec.algorithm, stored, spec.num_clients, spec.state_dtype)
     kw = server_init_kwargs(spec, init_key)
     C.check_state_init(spec.algorithm, "init_server_state",  # N is static (a Python int), as in the call below
                        lambda p: C.call(spec.algorithm, "init_server_state", spec.algorithm.init_server_state,
@@ -134,7 +139,7 @@ def init_state(spec: RoundSpec, seed: int) -> RunState:
     # one buffer per leaf: a user's state that holds one array twice, e.g. (z, z), would otherwise make the
     # donated round refuse to "donate the same buffer twice" in a traceback from inside XLA
     sstate = jax.tree_util.tree_map(jnp.copy, spec.algorithm.init_server_state(stored, spec.num_clients, **kw))
-    return RunState(variables, duals, sstate, jnp.zeros((), jnp.int32), run_key,
+    return RunState(variables, states, sstate, jnp.zeros((), jnp.int32), run_key,
                     kept_per_client(spec.algorithm, variables, spec.num_clients),
                     jax.tree_util.tree_map(jnp.copy, variables) if spec.eval_average else ())
 
@@ -171,7 +176,7 @@ def client_state_like(alg: Algorithm, params):
     return jax.eval_shape(alg.init_client_state, params)
 
 
-def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, x, y, bcast=None,
+def client_step(spec: RoundSpec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast=None,
                 own=None, index=None) -> ClientOut:
     """One client's whole contribution to round ``t`` (unbatched; the round vmaps it): the algorithm's client
     program (``Algorithm.client``), or the default one its optional fields describe
@@ -184,7 +189,7 @@ def client_step(spec: RoundSpec, theta_vars, dual, idx, n, key, hp: HParams, t, 
         program = lambda ctx: alg.client  # noqa: E731
     else:
         program = functools.partial(default_program, spec)
-    return program_client(spec, theta_vars, dual, idx, n, key, hp, t, x, y, bcast, index, program, own=own)
+    return program_client(spec, theta_vars, state, idx, n, key, hp, t, x, y, bcast, index, program, own=own)
 
 
 def sample_clients(spec: RoundSpec, key):
@@ -326,13 +331,13 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
         new_theta = keep(new_theta, theta)
         sstate = keep(sstate, state.sstate)
         if alg.has_client_state:
-            outs = outs._replace(dual=_masked(arrived, outs.dual, T.take(state.duals, sel)))
+            outs = outs._replace(state=_masked(arrived, outs.state, T.take(state.client_states, sel)))
     variables = {"params": new_theta}
     if "batch_stats" in state.variables:  # batch statistics: averaged like FedAvg
         variables["batch_stats"] = T.weighted_sum(outs.stats, weights)
         if fed is not None:
             variables["batch_stats"] = keep(variables["batch_stats"], state.variables["batch_stats"])
-    duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals
+    states = T.put(state.client_states, sel, outs.state) if alg.has_client_state else state.client_states
     kept = state.clients
     if kept:  # the clients sampled so far, and their own copies of the client_collections
         kept = dict(kept)
@@ -351,7 +356,7 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
         if alg.needs_loss:  # the mean over the arrived clients
             metrics["client_loss"] = jnp.sum(jnp.where(arrived, outs.loss, 0.0)) / jnp.maximum(n_arr, 1)
         metrics.update(available=fed["available"].astype(jnp.float32), arrived=n_arr.astype(jnp.float32))
-    return RunState(variables, duals, sstate, t + 1, state.key, kept), metrics
+    return RunState(variables, states, sstate, t + 1, state.key, kept), metrics
 
 
 def server_key(state: RunState):
@@ -397,15 +402,15 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
     else:
         sel = sample_clients(spec, k_sel)
     alg = spec.algorithm
-    duals = (T.take_as(state.duals, sel, client_state_like(alg, state.variables["params"]))
-             if alg.has_client_state else ())
+    states = (T.take_as(state.client_states, sel, client_state_like(alg, state.variables["params"]))
+              if alg.has_client_state else ())
     idx, n = data.train_idx[sel], data.train_n[sel]
     own = {c: T.take(state.clients[c], sel) for c in alg.collections}  # each client's own collections
 
     def one(pc, sh):
         variables, hp_, t, x, y, bcast = sh
-        dual, idx_, n_, key, own_, index = pc
-        return client_step(spec, variables, dual, idx_, n_, key, hp_, t, x, y, bcast, own_, index)
+        cstate, idx_, n_, key, own_, index = pc
+        return client_step(spec, variables, cstate, idx_, n_, key, hp_, t, x, y, bcast, own_, index)
 
     def local(per_client, shared):
         if spec.client_map == "map":
@@ -417,7 +422,7 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
 
     bcast = (C.call(alg, "broadcast", alg.broadcast, (state.sstate,), {}, "server_state")  # once, shared
              if alg.broadcast is not None else None)
-    per_client = (duals, idx, n, ckeys, own, sel)  # sel: each client's index (ClientFacts.index)
+    per_client = (states, idx, n, ckeys, own, sel)  # sel: each client's index (ClientFacts.index)
     shared = (state.variables, hp, state.round, data.x, data.y, bcast)
     if spec.client_devices > 1:
         # Inside a shard_map over the mesh axis "clients" (the run loop wraps the whole chunk in one):

@@ -48,7 +48,7 @@ def evaluate(spec: RoundSpec, variables, data: ClientData, states=(), kept=(), r
     acc, loss = _eval(spec)(variables, data.x, data.y, data.test_idx, data.test_n)
     client = spec.algorithm.client
     if client is not None and client.evaluate is not None:
-        return EvalOut(acc, loss, *_eval_hook(spec)(run._replace(variables=variables, duals=states), hp, data))
+        return EvalOut(acc, loss, *_eval_hook(spec)(run._replace(variables=variables, client_states=states), hp, data))
     if spec.algorithm.personal_model is None:
         return EvalOut(acc, loss)
     return EvalOut(acc, loss, *_eval_personal(spec)(variables, states, kept, data.x, data.y, data.test_idx,
@@ -126,7 +126,7 @@ def _eval_hook(spec: RoundSpec):
             mine = C.check_params(alg, "client.evaluate", mine, theta, dtypes=False)
             return _acc_loss(spec.model, mine, stats, data.x, data.y, tei, ten)
 
-        states = run.duals if alg.has_client_state else ()
+        states = run.client_states if alg.has_client_state else ()
         ids = jnp.arange(spec.num_clients, dtype=jnp.int32)
         return jax.lax.map(one, (states, ids, data.train_idx, data.train_n, data.test_idx, data.test_n),
                            batch_size=10)
@@ -168,7 +168,7 @@ def make_chunk(spec: RoundSpec, length: int):
             state, rounds = run_rounds(spec, state, hp, data, length)
         else:
             rounds = {k: jnp.zeros((0,), jnp.float32) for k in METRIC_KEYS}
-        ev = evaluate(spec, state.variables, data, state.duals, state.clients, state, hp)
+        ev = evaluate(spec, state.variables, data, state.client_states, state.clients, state, hp)
         if spec.eval_average:  # the averaged iterate θ̄_t (RunState.average), beside the last one
             avg_acc, avg_loss = _eval(spec)(state.average, data.x, data.y, data.test_idx, data.test_n)
             ev = ev._replace(avg_acc=avg_acc, avg_test_loss=avg_loss)
