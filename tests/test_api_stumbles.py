@@ -312,3 +312,13 @@ def test_fedalf_round_notebook_describes_the_upload_and_solver_it_uses():
     assert resolve_method(cfg.qp_method, cfg.clients_per_round + 1) == "active"
     assert "by the project's active-set solver" in text and "solved inside the compiled round by jaxopt" not in text
     assert "upload={cfg.resolved_server_target}" in code and "QP solver={resolve_method(" in code
+
+
+def test_a_pathlib_path_is_a_path_kept_as_its_string():
+    """``fj.Config(out=Path(...))`` (and ``data_dir``): a ``pathlib.Path`` is accepted and kept as the string
+    config.json records, so the config equals the one written with a string; a number is still refused."""
+    cfg = fj.Config(dataset="fmnist", out=Path("runs") / "p", data_dir=Path("/tmp"))
+    assert cfg.out == "runs/p" and cfg.data_dir == "/tmp" and cfg == fj.Config(dataset="fmnist", out="runs/p",
+                                                                               data_dir="/tmp")
+    with pytest.raises(fj.ConfigError, match="out must be a path"):
+        fj.Config(dataset="synthetic", out=3)

@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import numbers
+import os
 import re
 import warnings
 from pathlib import Path
@@ -355,6 +356,9 @@ class Config:
         self.__dict__.pop("_plugin", None)
         for name in ("data_dir", "out"):  # paths: a JSON object or number here is a mistake, not a folder
             v = getattr(self, name)
+            if isinstance(v, os.PathLike):  # a pathlib.Path is a path: kept as the string config.json records
+                v = os.fspath(v)
+                object.__setattr__(self, name, v)
             if v is not None and not isinstance(v, str):
                 raise ConfigError(f"{name} must be a path (a string), got {type(v).__name__} {v!r}")
         if self.history is not None and not isinstance(self.history, bool):
