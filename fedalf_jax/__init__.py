@@ -9,10 +9,11 @@ The API (``import fedalf_jax as fj``; README "Python API", docs/extending.md):
   they receive) registered with ``fj.register_algorithm(name, factory)`` or named ``"module:attribute"``;
   your own model (``fj.register_model``, a flax module factory) and data (``fj.register_dataset``);
   ``fj.Personal`` (a second local model, Ditto's, APFL's), ``fj.local_optimizer`` (momentum, Adam local steps),
-  ``fj.Batch`` and ``fj.cross_entropy`` (what an ``Algorithm.local_loss`` sees and the default loss);
+  ``fj.Batch`` (the one minibatch type: a program's step, a data pass, a ``local_loss``) and ``fj.cross_entropy``
+  (the default loss);
   ``fj.ClientProgram(init, step, final)`` (a client's whole procedure, ``Algorithm(client=...)``; ``fj.local_training(...)``
   makes the local-training one from its pieces, functions of ``ctx``), with
-  ``fj.ClientContext``, ``fj.ClientBatch`` and ``fj.DataPass`` (what its functions see) and ``fj.Reveal``
+  ``fj.ClientContext`` and ``fj.DataPass`` (what its functions see) and ``fj.Reveal``
   (what its ``final`` returns to reveal a model through the privacy mechanism).
 * ``fj.client_splits(cfg)``: each client's train and test indices into the pooled examples.
 * The numerical core: ``fj.fair_direction``, ``fj.solve_simplex_qp``, ``fj.fairness_angle``, the privacy
@@ -35,7 +36,7 @@ from .plugins.registry import ArrayData, register_algorithm, register_dataset, r
 from . import algorithms  # the base types, the pieces and the built-in plug-ins
 from .sim.algorithms import (Algorithm, Batch, ClientFacts, HParams, Personal, ServerIn, cross_entropy,
                              local_optimizer)
-from .sim.program import ClientBatch, ClientContext, ClientProgram, DataPass, Reveal
+from .sim.program import ClientBatch, ClientContext, ClientProgram, DataPass, Reveal  # noqa: F401 (ClientBatch: fj.Batch's 0.1 name)
 from .sim.default_client import local_training
 from .sim.fairness import fair_direction, fair_weights, module_layers, tensor_layers
 from .privacy import adaptive_ldp, gaussian_dp, ldp_fl
@@ -46,7 +47,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Config", "ConfigError", "run", "sweep", "load", "report", "Result", "SweepResult",
     "Algorithm", "ServerIn", "HParams", "ClientFacts", "Personal", "Batch", "cross_entropy", "local_optimizer", "client_splits", "algorithms", "register_algorithm", "register_model", "register_dataset",
-    "ClientProgram", "ClientContext", "ClientBatch", "DataPass", "Reveal", "local_training",
+    "ClientProgram", "ClientContext", "DataPass", "Reveal", "local_training",
     "ArrayData", "fair_direction", "fair_weights", "module_layers", "tensor_layers", "solve_simplex_qp",
     "fairness_angle", "summarize", "adaptive_ldp", "ldp_fl", "gaussian_dp",
 ]

@@ -6,6 +6,7 @@ fedproto.py), each against two rounds computed by hand in float64 on the tiny pr
 tests/test_examples_client.py (three clients of 4, 3 and 5 examples, a batch of 5: every local step is one
 full batch, so ``local_epochs`` is the number of steps), with the clients vmapped and mapped."""
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -66,6 +67,43 @@ def test_a_program_doing_sgd_is_fedavg_bit_for_bit(client_map):
     assert np.abs(np.asarray(ref.model["params"]["Dense_0"]["bias"])).max() > 0  # it trained
     cols = ["mean_acc", "test_loss", "angle_deg", "model_conflicts"]
     np.testing.assert_array_equal(mine.metrics[cols].to_numpy(), ref.metrics[cols].to_numpy())
+
+
+def test_one_batch_type_for_a_step_a_data_pass_and_a_local_loss():
+    """A program's step, its data pass and a local_training's local_loss all receive an fj.Batch (the 0.1 name
+    fj.ClientBatch is the same class): a step's has its dropout key and no logits, a data pass's neither, a
+    local_loss's the model's logits and apply."""
+    assert fj.ClientBatch is fj.Batch and "ClientBatch" not in fj.__all__
+    seen = {}
+
+    def step(w, batch, ctx):
+        seen["step"] = (type(batch), batch.key is not None, batch.logits, batch.apply)
+        return _sgd_step(w, batch, ctx)
+
+    def final(w, ctx):
+        def note(acc, b):
+            seen["pass"] = (type(b), b.key, b.logits)
+            return acc
+        ctx.data.fold(note, jnp.zeros(()))
+        return _sgd_final(w, ctx)
+
+    def local_loss(ctx):
+        def loss(p, batch):
+            seen["loss"] = (isinstance(batch, fj.Batch), batch.logits is not None, callable(batch.apply))
+            return fj.cross_entropy(batch)
+        return loss
+
+    fj.register_algorithm("batch_prog", lambda: fj.Algorithm("batch_prog", server=fj.algorithms.weighted_mean_server,
+                                                             client=fj.ClientProgram(_sgd_init, step, final)))
+    fj.register_algorithm("batch_loss", lambda: fj.Algorithm("batch_loss", server=fj.algorithms.weighted_mean_server,
+                                                             client=fj.local_training(local_loss=local_loss)))
+    import tempfile
+    for name in ("batch_prog", "batch_loss"):
+        with tempfile.TemporaryDirectory() as d:
+            fj.run(_cfg(name, rounds=1), out=d, progress=False)
+    assert seen["step"] == (fj.Batch, True, None, None)
+    assert seen["pass"] == (fj.Batch, None, None)
+    assert seen["loss"] == (True, True, True)
 
 
 # ---- the context: facts, round, learning rate ------------------------------------------------------------------
@@ -316,19 +354,98 @@ def test_a_programs_mistake_is_one_line(capsys, tmp_path, make, needles):
     one_line_error(code, err, *needles)
 
 
-def test_a_program_on_a_model_with_batch_statistics_is_refused_before_anything_is_written(capsys, tmp_path):
-    """A program does not train batch statistics: refused in one line when the round is built, before the run's
-    state is made (its init_client_state never called) or anything is written."""
+def _bn_init(ctx):
+    return ctx.theta, ctx.stats
+
+
+def _bn_step(carry, batch, ctx):
+    w, stats = carry
+
+    def loss(p):
+        (logits, _), new = ctx.apply.with_stats(p, stats, batch.x, train=True, key=batch.key)
+        return fj.cross_entropy(batch, logits), new
+    g, new = jax.grad(loss, has_aux=True)(w)
+    return _map(lambda p, gi: p - ctx.lr * gi, w, g), new
+
+
+def _bn_final(carry, ctx):
+    return fj.Reveal(carry[0], ctx.state, stats=carry[1])
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_a_program_trains_batch_statistics_as_local_training_does(tmp_path, own):
+    """A program on a BatchNorm model carries the statistics through its steps (ctx.apply.with_stats) and
+    returns them in fj.Reveal(stats=...): the global model, its statistics and the metrics equal the default
+    client's bit for bit, with the statistics averaged (FedAvg) or kept per client (collections, FedBN's)."""
+    cols = ("batch_stats",) if own else ()
+    fj.register_algorithm("bn_prog", lambda: fj.Algorithm(
+        "bn_prog", server=fj.algorithms.weighted_mean_server,
+        client=fj.ClientProgram(_bn_init, _bn_step, _bn_final, collections=cols)))
+    fj.register_algorithm("bn_ref", lambda: fj.Algorithm(
+        "bn_ref", server=fj.algorithms.weighted_mean_server, client=fj.local_training(client_collections=cols)))
+    kw = dict(model="tiny_bn", dataset="tiny_even", batch_size=4, eval_every=1)
+    mine = fj.run(_cfg("bn_prog", **kw), out=tmp_path / "p", progress=False)
+    ref = fj.run(_cfg("bn_ref", **kw), out=tmp_path / "r", progress=False)
+    for a, b in zip(jax.tree_util.tree_leaves(mine.model), jax.tree_util.tree_leaves(ref.model)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    stats = jax.tree_util.tree_leaves(ref.model["batch_stats"])
+    assert stats and any(np.abs(np.asarray(x)).max() > 0 for x in stats)  # it trained statistics
+    cols_ = ["mean_acc", "test_loss"]
+    np.testing.assert_array_equal(mine.metrics[cols_].to_numpy(), ref.metrics[cols_].to_numpy())
+
+
+def test_a_program_on_a_model_with_batch_statistics_must_return_them(capsys, tmp_path):
+    """On a BatchNorm model a raw (Δ_i, state) or a Reveal without stats has no place for the statistics it
+    trained: one line naming fj.Reveal's stats; a Reveal with stats on a model without them, one line too."""
     _cfg("fedavg")  # registers the tiny data and models
-    calls = []
-    _bad("bn_prog", init_client_state=lambda p: (calls.append(1), jnp.zeros(()))[1])
-    out = tmp_path / "bn"
-    code, err = cli(capsys, ["run", "--algorithm", "bn_prog", "--dataset", "tiny_mixed", "--partition",
-                             "given", "--model", "tiny_bn", "--clients", "3", "--clients-per-round", "3", "--rounds",
-                             "1", "--no-progress", "--out", str(out)])
-    err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("fedalf: warning: code digest"))
-    one_line_error(code, err, "client program", "batch_stats", "without BatchNorm")
-    assert not out.exists() and calls == []
+    cases = [(_bad("bn_raw"), "tiny_bn", ["must return fj.Reveal", "stats="]),
+             (_bad("bn_nostats", final=lambda w, ctx: fj.Reveal(w, ctx.state)), "tiny_bn",
+              ["fj.Reveal without stats", "ctx.apply.with_stats"]),
+             (_bad("nobn_stats", final=lambda w, ctx: fj.Reveal(w, ctx.state, stats={"x": jnp.zeros(1)})), "tiny",
+              ["has no batch statistics", "drop stats"])]
+    for name, model, needles in cases:
+        code, err = cli(capsys, ["run", "--algorithm", name, "--dataset", "tiny_mixed", "--partition",
+                                 "given", "--model", model, "--clients", "3", "--clients-per-round", "3", "--rounds",
+                                 "1", "--no-progress", "--out", str(tmp_path / name)])
+        err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("fedalf: warning: code digest"))
+        one_line_error(code, err, *needles)
+
+
+def test_a_reveals_own_upload_is_computed_from_the_noised_model(tmp_path):
+    """SCAFFOLD option II as a hand-written program whose fj.Reveal(w, upload=...) computes Δ_i and the new
+    control variate from w̃: under --ldp it equals examples/scaffold.py (local_training's upload(ctx, w, w̃))
+    bit for bit, model and server state; a Reveal with both upload and a state is one line."""
+    sys.path.insert(0, str(ROOT))
+    from examples import scaffold as S
+
+    def step(w, batch, ctx):
+        corr = _map(lambda c, ci: c - ci, ctx.broadcast, ctx.state)
+        g = jax.grad(lambda p: fj.cross_entropy(batch, ctx.apply(p, batch.x, train=True, key=batch.key)[0])
+                     + S._vdot(corr, p))(w)
+        return _map(lambda p, gi: p - ctx.lr * gi, w, g)
+
+    def final(w, ctx):
+        return fj.Reveal(w, upload=lambda wt: S.upload(ctx, w, wt))
+
+    def make():
+        ref = S.scaffold()
+        return fj.Algorithm("scaffold_prog", server=S.server, client=fj.ClientProgram(_sgd_init, step, final),
+                            init_client_state=ref.init_client_state, init_server_state=ref.init_server_state,
+                            broadcast=ref.broadcast, private_upload=True, public_aux=True, metrics=("c_norm",))
+    fj.register_algorithm("scaffold_prog", make)
+    kw = dict(ldp="adaptive", epsilon=2.0)
+    mine = fj.run(_cfg("scaffold_prog", **kw), out=tmp_path / "p", progress=False)
+    ref = fj.run(_cfg("examples.scaffold:scaffold", **kw), out=tmp_path / "r", progress=False)
+    for a, b in zip(jax.tree_util.tree_leaves((mine.model, mine.server_state, mine.client_states)),
+                    jax.tree_util.tree_leaves((ref.model, ref.server_state, ref.client_states))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.abs(np.asarray(jax.tree_util.tree_leaves(ref.server_state)[0])).max() > 0  # c moved
+    np.testing.assert_array_equal(mine.metrics["c_norm"].to_numpy(), ref.metrics["c_norm"].to_numpy())
+    with pytest.raises(fj.ConfigError, match="both upload and state"):
+        fj.register_algorithm("reveal_both", lambda: dataclasses.replace(
+            make(), name="reveal_both", client=fj.ClientProgram(
+                _sgd_init, step, lambda w, ctx: fj.Reveal(w, ctx.state, upload=lambda wt: S.upload(ctx, w, wt)))))
+        fj.run(_cfg("reveal_both", rounds=1), out=tmp_path / "b", progress=False)
 
 
 def test_a_program_beside_the_default_clients_fields_is_refused():

@@ -153,8 +153,8 @@ mutate fedalf_jax/config/identity.py '    d = {**LEGACY, **d}' '    d = dict(d)'
   "private: a run from before --ldp-on resumes with today's defaults" "$PF -k before_these_options"
 # issue #16: the extension points (labels start with "api"), tests/test_api.py
 AP=tests/test_api.py
-mutate fedalf_jax/sim/round.py '    duals = T.put(state.duals, sel, outs.dual) if alg.has_client_state else state.duals' \
-  '    duals = state.duals' "api: a user algorithm's per-client state never stored" "$AP -k hand"
+mutate fedalf_jax/sim/round.py '    states = T.put(state.client_states, sel, outs.state) if alg.has_client_state else state.client_states' \
+  '    states = state.client_states' "api: a user algorithm's per-client state never stored" "$AP -k hand"
 mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)' '                    spec.clients_per_round, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)' \
   "api: ServerIn.num_clients is the round's m" "$AP -k fewer_clients_per_round"
 mutate fedalf_jax/runner/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
@@ -234,8 +234,8 @@ mutate experiments/gpu_session.sh 'PY=${PYTHON:-.venv/bin/python}' 'PY=python3' 
   "$K -k smoke_step"
 mutate fedalf_jax/sweeps/sweep.py '        check_disk(configs, root, compressed=compress, announce=announce)' '        pass' \
   "kit: a sweep starts without saying its checkpoints exceed the disk" "$K -k disk"
-mutate fedalf_jax/bench/timing.py 'dual = jax.tree_util.tree_map(lambda a: a[c], state.duals)' \
-  'dual = jax.tree_map(lambda a: a[c], state.duals)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
+mutate fedalf_jax/bench/timing.py 'cstate = jax.tree_util.tree_map(lambda a: a[c], state.client_states)' \
+  'cstate = jax.tree_map(lambda a: a[c], state.client_states)' "kit: jax.tree_map (removed in jax 0.6) in the package" "$K -k jax_api"
 # issue #27 items 13-16: privacy statements that are bounds (labels start with "privbound"), tests/test_privacy_bounds.py
 PB=tests/test_privacy_bounds.py
 mutate fedalf_jax/privacy/accounting.py '    k = dist["max"]  # the headline is a bound for every client: at the largest count reached' \
@@ -463,7 +463,7 @@ mutate examples/fedadam.py 'jnp.where(s.t == 0, jnp.square(tau).astype(x.dtype),
 PT=tests/test_personal.py
 mutate fedalf_jax/sim/train.py '            return jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), mine, theta)' '            return theta' \
   "personal: the global model evaluated as every client's own" "$PT -k ditto_example"
-mutate fedalf_jax/runner/loop.py '            at0 = at0 if duals0 is None else at0._replace(duals=duals0[0], clients=duals0[1], sstate=duals0[2],' '            at0 = at0 if True else at0._replace(duals=duals0[0], clients=duals0[1], sstate=duals0[2],' \
+mutate fedalf_jax/runner/loop.py '            at0 = at0 if duals0 is None else at0._replace(client_states=duals0[0], clients=duals0[1], sstate=duals0[2],' '            at0 = at0 if True else at0._replace(client_states=duals0[0], clients=duals0[1], sstate=duals0[2],' \
   "personal: round 0 evaluates the client states after the first chunk" "$PT -k ditto_example"
 mutate fedalf_jax/sim/default_client.py '    pen = piece("personal.penalty", p.penalty)' \
   '    pen = None' "personal: v_i trained without its penalty" "$PT -k ditto_example"
@@ -753,12 +753,12 @@ mutate fedalf_jax/sim/client.py '        return jax.tree_util.tree_map(lambda a,
   "client48: a compiled step past the client's examples changes the carry" "$CP -k context"
 mutate fedalf_jax/sim/program.py ".at[y_pool[idx]].add(real)" ".at[y_pool[idx]].add(1)" \
   "client48: label counts count the padded rows" "$CP -k context"
-mutate fedalf_jax/sim/round.py "    per_client = (duals, idx, n, ckeys, own, sel)" "    per_client = (duals, idx, n, ckeys, own, jnp.arange(m))" \
+mutate fedalf_jax/sim/round.py "    per_client = (states, idx, n, ckeys, own, sel)" "    per_client = (states, idx, n, ckeys, own, jnp.arange(m))" \
   "client48: a client's index is its position in the round, not its id" "$CP -k context"
 mutate fedalf_jax/sim/program.py "    lr_t = hp.lr * hp.lr_decay ** t" "    lr_t = hp.lr" \
   "client48: ctx.lr ignores --lr-decay" "$CP -k fedlc"
-mutate fedalf_jax/sim/program.py "(acc, ClientBatch(self._x[r], self._y[r], m, s))" \
-  "(acc, ClientBatch(self._x[r], self._y[r], m | True, s))" \
+mutate fedalf_jax/sim/program.py "(acc, Batch(self._x[r], self._y[r], m, s))" \
+  "(acc, Batch(self._x[r], self._y[r], m | True, s))" \
   "client48: the data pass marks padded rows as real" "$CP -k data_pass"
 mutate fedalf_jax/sim/program.py $'        C.check_carry(alg, new, carry)\n        return new' \
   $'        return new' \
@@ -1049,8 +1049,20 @@ mutate fedalf_jax/privacy/guarantee.py "        if not user.private_upload and n
   "priv48: a Reveal's record needs a private_upload declaration (does not hold)" "$CPP -k record"
 mutate fedalf_jax/privacy/guarantee.py "    if cfg.algorithm not in ALGORITHMS and user.hand_written and user.public_aux:" \
   "    if False:" "priv48: a program's public aux headlined without naming its declaration" "$CPP -k record"
-mutate fedalf_jax/runner/build.py $'    check_program_run(spec)\n    check_features(cfg, spec)' "    check_features(cfg, spec)" \
-  "priv48: a program on a batch-statistics model refused only once the round is traced" "tests/test_client_program.py -k batch_statistics"
+mutate fedalf_jax/sim/program.py "            out = Sent(w, lambda wt: (T.sub(theta, wt), new_state, aux), out.stats)  # model_upload's Δ_i" \
+  "            out = Sent(w, lambda wt: (T.sub(theta, wt), new_state, aux), ctx.stats)  # model_upload's Δ_i" \
+  "prog56: a program's trained batch statistics dropped for those it started from" "tests/test_client_program.py -k batch_statistics"
+mutate fedalf_jax/sim/program.py "    elif not isinstance(out, Sent) and \"batch_stats\" in theta_vars:  # a raw Δ_i: no place" \
+  "    elif False:  # a raw Δ_i: no place" \
+  "prog56: a raw Δ_i on a batch-statistics model runs (its statistics lost)" "tests/test_client_program.py -k must_return"
+mutate fedalf_jax/sim/program.py "            up = out.upload" "            up = lambda wt: (T.sub(theta, wt), state)" \
+  "prog56: a Reveal's own upload ignored for θ − w̃" "tests/test_client_program.py -k noised"
+mutate fedalf_jax/sim/algorithms.py "        cols = training.client_collections if training is not None else self.client.collections" \
+  "        cols = training.client_collections if training is not None else ()" \
+  "prog56: a program's collections not kept per client" "tests/test_client_program.py -k batch_statistics"
+mutate fedalf_jax/sim/program.py "        return out, (new.get(\"batch_stats\", stats) if stats is not None else None)" \
+  "        return out, stats" \
+  "prog56: ctx.apply.with_stats does not update the running statistics" "tests/test_client_program.py -k batch_statistics"
 mutate examples/scaffold1.py "    c_new = full_gradient(ctx, ctx.theta)" "    c_new = full_gradient(ctx, w)" \
   "priv48: SCAFFOLD option I's c_i⁺ at the trained w, not θ" "$CPP -k scaffold1_matches"
 mutate examples/scaffold1.py "p - ctx.lr * (gi - ci + c)" "p - ctx.lr * (gi + ci - c)" \
@@ -1079,7 +1091,7 @@ mutate fedalf_jax/sim/contract.py "        if k not in alg.metrics:" "        if
 DP=tests/test_default_program.py
 mutate fedalf_jax/sim/program.py '                        label_counts(y, idx, n, spec.model.num_classes),' '                        None,' \
   "default48: the default client's facts have no label counts" "$DP -k facts"
-mutate fedalf_jax/sim/round.py "    per_client = (duals, idx, n, ckeys, own, sel)" "    per_client = (duals, idx, n, ckeys, own, jnp.arange(m))" \
+mutate fedalf_jax/sim/round.py "    per_client = (states, idx, n, ckeys, own, sel)" "    per_client = (states, idx, n, ckeys, own, jnp.arange(m))" \
   "default48: the default client's facts.index is its position in the round" "$DP -k facts"
 mutate fedalf_jax/sim/default_client.py '    return ClientProgram(init, step, final)' '    return ClientProgram(init, None, final)' \
   "default48: the default client takes no step" "$DP -k is_a_client_program"
@@ -1216,10 +1228,10 @@ mutate fedalf_jax/sim/contract.py "        raise told from e" "        raise tol
 mutate fedalf_jax/sim/contract.py "                found = (real, tb.tb_lineno, code.co_name)" \
   "                found = found or (real, tb.tb_lineno, code.co_name)" \
   "trust55: the outermost user frame is named, not the line that failed" "$U -k fedproto_step"
-mutate fedalf_jax/sim/program.py "        self.gave_none = self.gave_none or out[1] is None" "        self.gave_none = False" \
+mutate fedalf_jax/sim/program.py $'        out, _ = self.model.apply({"params": params}, x, train=train, rng=key, features=True)\n        self.gave_none = self.gave_none or out[1] is None' $'        out, _ = self.model.apply({"params": params}, x, train=train, rng=key, features=True)\n        self.gave_none = False' \
   "trust55: no likely cause (logits-only model's None features) in the one line" "$U -k data_pass"
-mutate fedalf_jax/sim/program.py "(acc, ClientBatch(self._x[r], self._y[r], m, s)), {}, \"acc, batch\", hint=self._hint)" \
-  "(acc, ClientBatch(self._x[r], self._y[r], m, s)), {}, \"acc, batch\")" \
+mutate fedalf_jax/sim/program.py "(acc, Batch(self._x[r], self._y[r], m, s)), {}, \"acc, batch\", hint=self._hint)" \
+  "(acc, Batch(self._x[r], self._y[r], m, s)), {}, \"acc, batch\")" \
   "trust55: a data pass's failure on None features is not told its likely cause" "$U -k data_pass"
 mutate fedalf_jax/sim/contract.py "            at = f\" at {at}\" if at else \"\"" "            at = \"\"" \
   "trust55: local_loss's failure does not name the user's file and line" "$U -k local_loss_failure"
@@ -1318,7 +1330,7 @@ mutate fedalf_jax/sim/round.py "        w_raw = jnp.where(arrived, n_sel.astype(
   "fed58: masked and dropped slots weigh in the aggregate" "$F -k numpy"
 mutate fedalf_jax/sim/round.py "        any_arrived = jnp.any(arrived)" "        any_arrived = True" \
   "fed58: a round where nothing arrives moves the server state" "$F -k nothing_arrives"
-mutate fedalf_jax/sim/round.py '            outs = outs._replace(dual=_masked(arrived, outs.dual, T.take(state.duals, sel)))' \
+mutate fedalf_jax/sim/round.py '            outs = outs._replace(state=_masked(arrived, outs.state, T.take(state.client_states, sel)))' \
   '            pass' "fed58: a client whose upload was lost keeps its new state" "$F -k lost"
 mutate fedalf_jax/sim/round.py 'arrived=n_arr.astype(jnp.float32))' 'arrived=jnp.sum(fed["valid"]).astype(jnp.float32))' \
   "fed58: the arrived metric counts the sampled, not the arrived" "$F -k dropout"

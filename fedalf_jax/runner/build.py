@@ -273,8 +273,6 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
                      client_map=default_client_map() if cfg.client_map == "auto" else cfg.client_map)
     from ..privacy.guarantee import check_applied  # the mechanism the record states applies to what is uploaded
     check_applied(cfg, spec)
-    from ..sim.contract import check_program_run  # a client program: not yet under a mechanism
-    check_program_run(spec)
     check_features(cfg, spec)
     return spec
 

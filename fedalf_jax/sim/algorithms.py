@@ -104,28 +104,38 @@ SERVER_KEY = 0x5E12  # the constant folded into the round's key for ServerIn.key
 
 
 class Batch(NamedTuple):
-    """One local SGD step's minibatch, as ``Algorithm.local_loss``'s and ``Personal.local_loss``'s function
-    receives it: the step's examples, the model's outputs on them and a way to run the model at other params.
+    """One minibatch, the one batch type every client function sees: a local step's (``ClientProgram.step``),
+    a data pass's (:meth:`~fedalf_jax.sim.program.DataPass.fold`) and a ``local_loss``'s
+    (:func:`~fedalf_jax.sim.default_client.local_training`'s piece, ``Algorithm.local_loss``,
+    ``Personal.local_loss``).
 
-    * ``logits`` / ``features``: the model at the params being trained, in training mode (dropout, batch
-      statistics) - the pass whose batch statistics the step keeps. ``features`` is what a model returning
-      ``(logits, features)`` returns beside its logits (MOON's projection), else ``None``. For
-      ``Personal.local_loss`` (whose params may be any pytree) both are ``None``: call ``apply``.
-    * ``apply(params) -> (logits, features)``: the model on this batch at other params (θ, a previous model,
-      a mixture), in evaluation mode (no dropout; the running batch statistics). Differentiable.
-    * ``step``: int32, this local step's index over the round's epochs (0, 1, ..., ``facts.steps`` − 1).
+    * ``x`` ``[B, ...]``, ``y`` ``[B]`` int32, ``mask`` ``[B]`` bool: the examples and which are real (padding is
+      ``False``: weigh every sum by it).
+    * ``step``: int32, the local step's index over the round's epochs (0, 1, ..., ``facts.steps`` − 1); in a
+      data pass the batch's index.
+    * ``key``: the step's dropout key in a client program's step (``None`` in a data pass and a ``local_loss``).
+    * ``logits`` / ``features`` (a ``local_loss`` only, else ``None``): the model at the params being trained,
+      in training mode (dropout, batch statistics) - the pass whose batch statistics the step keeps.
+      ``features`` is what a model returning ``(logits, features)`` returns beside its logits (MOON's
+      projection), else ``None``. For ``Personal.local_loss`` (whose params may be any pytree) both are
+      ``None``: call ``apply``.
+    * ``apply(params) -> (logits, features)`` (a ``local_loss`` only, else ``None``; a client program calls
+      ``ctx.apply``): the model on this batch at other params (θ, a previous model, a mixture), in evaluation
+      mode (no dropout; the running batch statistics). Differentiable.
     * ``w``: for ``Personal.local_loss``, the params of the global copy ``w`` at this step (its gradient
-      is stopped); ``None`` for ``Algorithm.local_loss``.
+      is stopped); else ``None``.
 
-    :func:`cross_entropy` is the round's default loss on a batch."""
+    ``fj.ClientBatch`` is the same class (its 0.1 name). :func:`cross_entropy` is the round's default loss on a
+    batch."""
 
     x: Any
     y: Any
     mask: Any
-    logits: Any
-    features: Any
     step: Any
-    apply: Callable
+    key: Any = None
+    logits: Any = None
+    features: Any = None
+    apply: Optional[Callable] = None
     w: Any = None
 
 
@@ -149,13 +159,16 @@ class ClientProgram(NamedTuple):
     ``apply``, the data pass over its training examples; ``ctx.t`` the rounds done): a fine-tune, a cluster's
     model, an adaptation from θ; in place of ``Algorithm.personal_model``. ``training``: the pieces of a
     :func:`fj.local_training <fedalf_jax.sim.default_client.local_training>` program (the round builds it from
-    them once per client); ``None`` for a program written by hand."""
+    them once per client); ``None`` for a program written by hand. ``collections``: the model collections a
+    program written by hand keeps per client (``("batch_stats",)``: FedBN's own statistics, its ``ctx.stats``;
+    ``fj.Reveal(stats=...)`` returns them)."""
 
     init: Callable
     step: Optional[Callable]
     final: Callable
     evaluate: Optional[Callable] = None
     training: Any = None
+    collections: tuple = ()
 
 
 class ClientFacts(NamedTuple):
@@ -306,9 +319,11 @@ class Algorithm:
     def collections(self) -> tuple:
         """The model collections the round keeps per client: ``fj.local_training``'s ``client_collections`` (or
         the old field's)."""
-        training = getattr(self.client, "training", None)
-        return training.client_collections if training is not None and not self.client_collections \
-            else self.client_collections
+        if self.client_collections or self.client is None:
+            return self.client_collections
+        training = self.client.training
+        cols = training.client_collections if training is not None else self.client.collections
+        return (cols,) if isinstance(cols, str) else tuple(cols)
 
     @property
     def trains_locally(self) -> bool:
@@ -355,7 +370,7 @@ def _check_client_program(alg: "Algorithm") -> None:
         raise error(f"algorithm {alg.name!r}: client is a {type(alg.client).__name__}; expected "
                     f"fj.ClientProgram(init, step, final)")
     for k, f in zip(ClientProgram._fields, alg.client):
-        if k == "training":
+        if k in ("training", "collections"):
             continue
         if not callable(f) and not (k in ("step", "evaluate") and f is None):
             raise error(f"algorithm {alg.name!r}: client.{k} is a {type(f).__name__}; expected a function")

@@ -130,7 +130,8 @@ def _w_objective(model, penalty, data_loss, local_loss):
         def data(params, stats, xb, yb, mask, rng, step):
             (logits, feats), new_state = model.apply(_join(params, stats), xb, train=True, rng=rng, features=True)
             new_stats = new_state.get("batch_stats", stats) if stats is not None else None
-            return local_loss(params, Batch(xb, yb, mask, logits, feats, step, model_at(model, stats, xb))), new_stats
+            return local_loss(params, Batch(xb, yb, mask, step, logits=logits, features=feats,
+                                            apply=model_at(model, stats, xb))), new_stats
     else:
         if data_loss is None:
             data_loss = lambda p, s, xb, yb, mask, rng: masked_loss(model, p, s, xb, yb, mask,  # noqa: E731

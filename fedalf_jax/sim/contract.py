@@ -360,20 +360,6 @@ def raw_delta_refusal(alg, spec) -> str:
             f"Δ_i = θ − w̃, as FedAvg does), or run it with {option}='none'")
 
 
-def check_program_run(spec) -> None:
-    """A client program's round (``spec.algorithm.client``) is one the round runs exactly: no batch
-    statistics (a program does not train them); one line otherwise (``build.make_spec`` calls it before
-    anything is written, the round again while it is traced). Under a privacy mechanism its ``final`` must
-    return a :class:`~fedalf_jax.sim.program.Reveal` (checked while the round is traced:
-    :func:`raw_delta_refusal`)."""
-    alg = spec.algorithm
-    if getattr(alg, "client", None) is None or not alg.hand_written:  # local training trains them
-        return
-    if getattr(spec.model, "has_batch_stats", False):
-        raise error(f"algorithm {alg.name!r} has a client program, which does not yet train a model's batch "
-                    f"statistics (batch_stats); use a model without BatchNorm")
-
-
 def check_carry(alg, got, want) -> None:
     """What ``client.step`` returned is a carry like the one it was given (``init``'s structure, shapes, dtypes)."""
     fn = f"algorithm {alg.name!r}: client.step"
@@ -388,23 +374,47 @@ def check_fold(alg, got, want) -> None:
     check_like(fn, "the accumulator", got, want, expected="the accumulator it was given, as fold's init")
 
 
-def unpack_reveal(alg, out, theta, state) -> tuple[Any, Any, Any]:
+def unpack_reveal(alg, out, theta, state, stats=None) -> tuple[Any, Any, Any]:
     """``(w, new state, aux)`` from the ``fj.Reveal`` that ``client.final`` returned, checked against θ (``w``
-    shaped and typed like the params) and the client's state; an ``aux`` as :func:`unpack_final` checks it."""
+    shaped and typed like the params) and the client's state; an ``aux`` as :func:`unpack_final` checks it. With
+    its own ``upload``, state and aux come from that (``(w, None, None)``; the upload's return is checked when it
+    is called). ``stats``: the statistics the client trained from (``ctx.stats``), which ``Reveal.stats`` must be
+    shaped like on a model with batch statistics, and absent without."""
     fn = f"algorithm {alg.name!r}: client.final"
     check_arrays(fn, "fj.Reveal's w", out.w)
     check_like(fn, "fj.Reveal's w", out.w, theta, expected="the trained params, shaped like θ")
-    _check_final_rest(alg, fn, out.state, state, out.aux)
-    return out.w, out.state, out.aux
+    if stats is not None and out.stats is None:
+        raise error(f"{fn} returned fj.Reveal without stats on a model with batch statistics: pass "
+                    f"stats=... (its statistics after training, from ctx.apply.with_stats; ctx.stats to keep them)")
+    if stats is None and out.stats is not None:
+        raise error(f"{fn} returned fj.Reveal with stats, but the model has no batch statistics; drop stats")
+    if out.stats is not None:
+        check_arrays(fn, "fj.Reveal's stats", out.stats)
+        check_like(fn, "fj.Reveal's stats", out.stats, stats, expected="the batch statistics, shaped like ctx.stats")
+    if out.upload is not None:
+        if not callable(out.upload):
+            raise error(f"{fn} returned fj.Reveal with upload a {type(out.upload).__name__}; expected a function "
+                        f"w_tilde -> (Δ_i, new state[, aux])")
+        if out.state is not None or out.aux is not None:
+            raise error(f"{fn} returned fj.Reveal with both upload and {'state' if out.state is not None else 'aux'}: "
+                        f"with upload, the new state and aux are what upload(w_tilde) returns; leave them None")
+        return out.w, None, None
+    if out.state is None and not (isinstance(state, tuple) and not state):
+        raise error(f"{fn} returned fj.Reveal without its new state: pass it second (ctx.state to keep it), or "
+                    f"give upload=w_tilde -> (Δ_i, new state[, aux])")
+    new_state = () if out.state is None else out.state
+    _check_final_rest(alg, fn, new_state, state, out.aux)
+    return out.w, new_state, out.aux
 
 
-def unpack_final(alg, out, theta, state) -> tuple[Any, Any, Any]:
-    """``(Δ_i, new state, aux)`` from what ``client.final`` returned, checked against θ and the client's state."""
-    fn = f"algorithm {alg.name!r}: client.final"
+def unpack_final(alg, out, theta, state, what: str = "client.final") -> tuple[Any, Any, Any]:
+    """``(Δ_i, new state, aux)`` from what ``client.final`` (or ``what``: a Reveal's upload) returned, checked
+    against θ and the client's state."""
+    fn = f"algorithm {alg.name!r}: {what}"
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
-        raise error(f"{fn} returned {got}; expected (Δ_i, new state) or (Δ_i, new state, aux), or "
-                    f"fj.Reveal(w, new state[, aux])")
+        raise error(f"{fn} returned {got}; expected (Δ_i, new state) or (Δ_i, new state, aux)"
+                    + (", or fj.Reveal(w, new state[, aux])" if what == "client.final" else ""))
     delta, new_state = out[0], out[1]
     aux = out[2] if len(out) == 3 else None
     check_arrays(fn, "Δ_i", delta)

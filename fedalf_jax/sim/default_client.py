@@ -258,6 +258,6 @@ def personal_task(spec, training: LocalTraining, piece, theta):
         if ploss is None:
             loss, _ = masked_loss(model, v, stats, xb, yb, mask, train=True, rng=rng)
         else:
-            loss = ploss(v, Batch(xb, yb, mask, None, None, step, model_at(model, stats, xb), w))
+            loss = ploss(v, Batch(xb, yb, mask, step, apply=model_at(model, stats, xb), w=w))
         return loss if pen is None else loss + pen(v)
     return v0, loss_v

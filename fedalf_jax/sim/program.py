@@ -35,23 +35,11 @@ import jax.numpy as jnp
 
 from . import contract as C
 from . import tree as T
-from .algorithms import ClientFacts, ClientProgram, HParams  # noqa: F401 (ClientProgram: here too)
-from .client import ClientOut, _chunked, full_loss, full_loss_and_grad, local_steps, scan_steps
+from .algorithms import Batch, ClientFacts, ClientProgram, HParams  # noqa: F401 (ClientProgram: here too)
+from .client import ClientOut, _chunked, _join, full_loss, full_loss_and_grad, local_steps, scan_steps
 
 
-class ClientBatch(NamedTuple):
-    """One minibatch: of a local step (``ClientProgram.step``) or of a data pass (:meth:`DataPass.fold`).
-
-    ``x`` ``[B, ...]``, ``y`` ``[B]`` int32, ``mask`` ``[B]`` bool (the real examples; padding is ``False``:
-    weigh every sum by it), ``step`` int32 (the local step's index over the round's epochs, 0 …
-    ``facts.steps`` − 1; in a data pass the batch's index), ``key`` the step's dropout key (``None`` in a
-    data pass)."""
-
-    x: Any
-    y: Any
-    mask: Any
-    step: Any
-    key: Any = None
+ClientBatch = Batch  # its 0.1 name: one batch type for a program's steps, a data pass and a local_loss
 
 
 class Reveal(NamedTuple):
@@ -61,11 +49,21 @@ class Reveal(NamedTuple):
 
     The round computes the upload itself: ``w̃ = privatise(w)`` (the run's mechanism, its key the default
     client's, so a program revealing FedAvg's ``w`` is FedAvg under the same mechanism bit for bit) and
-    ``Δ_i = θ − w̃``; without a mechanism ``Δ_i = θ − w``. Under central DP ``Δ_i`` is clipped as any upload."""
+    ``Δ_i = θ − w̃``; without a mechanism ``Δ_i = θ − w``. Under central DP ``Δ_i`` is clipped as any upload.
+
+    * ``upload(w̃) -> (Δ_i, new state[, aux])`` (optional): the upload computed from the model the mechanism let
+      out, in place of ``θ − w̃`` (SCAFFOLD option II's control variate, FedPer's head kept out); then ``state``
+      and ``aux`` come from it and are left ``None`` here. Affine in ``w̃`` when the server asks for the noise
+      variance (``needs_noise_var``), as ``fj.local_training``'s ``upload`` is.
+    * ``stats``: the batch statistics after training (``ctx.apply.with_stats``), on a model with BatchNorm, where
+      they are required (``ctx.stats`` to send back the ones it trained from); the round averages them as it
+      does the default client's, or keeps them per client under ``ClientProgram(collections=("batch_stats",))``."""
 
     w: Any
-    state: Any
+    state: Any = None
     aux: Any = None
+    upload: Optional[Callable] = None
+    stats: Any = None
 
 
 # ctx.key under a local mechanism: the program's own randomness, folded off the mechanism's key (which the
@@ -113,7 +111,7 @@ class DataPass:
         self._hint = hint  # e -> the likely cause of what fn raised (ModelApply.hint), or None
 
     def fold(self, fn: Callable, init, *, batch_size: Optional[int] = None):
-        """``fn(acc, batch: ClientBatch) -> acc`` folded over the client's examples in batches of
+        """``fn(acc, batch: Batch) -> acc`` folded over the client's examples in batches of
         ``batch_size`` (default the run's ``--batch-size``) from ``init`` (a pytree of arrays), as one
         ``lax.scan``; ``fn`` must weigh by ``batch.mask`` (the last batch is part padding). A batch with no
         real example leaves ``acc`` unchanged. Returns the final ``acc``."""
@@ -125,7 +123,7 @@ class DataPass:
         def body(acc, rms):
             r, m, s = rms
             new = C.call(self._alg, "ctx.data.fold's function", fn,
-                         (acc, ClientBatch(self._x[r], self._y[r], m, s)), {}, "acc, batch", hint=self._hint)
+                         (acc, Batch(self._x[r], self._y[r], m, s)), {}, "acc, batch", hint=self._hint)
             C.check_fold(self._alg, new, acc)
             live = jnp.any(m)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(live, b, a), acc, new), None
@@ -158,6 +156,15 @@ class ModelApply:
         out, _ = self.model.apply({"params": params}, x, train=train, rng=key, features=True)
         self.gave_none = self.gave_none or out[1] is None
         return out
+
+    def with_stats(self, params, stats, x, *, train: bool = False, key=None):
+        """``((logits, features), new stats)``: the model at ``params`` with the batch statistics ``stats``
+        (``ctx.stats``, or a carried copy); ``train=True`` normalises by the batch's own moments and returns the
+        running statistics updated (BatchNorm's training mode, the default client's step), ``train=False`` uses
+        ``stats`` and returns them unchanged. ``stats=None``: a model without batch statistics."""
+        out, new = self.model.apply(_join(params, stats), x, train=train, rng=key, features=True)
+        self.gave_none = self.gave_none or out[1] is None
+        return out, (new.get("batch_stats", stats) if stats is not None else None)
 
     def hint(self, e) -> str:
         """The likely cause of ``e``, raised by a program's function that called this ``apply``: ``None``
@@ -239,11 +246,6 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     alg = spec.algorithm
     if own:
         theta_vars = {**theta_vars, **own}
-    if alg.hand_written:
-        C.check_program_run(spec)
-        if "batch_stats" in theta_vars:  # a model whose has_batch_stats is not set (not built by fedalf)
-            raise C.error(f"algorithm {alg.name!r} has a client program, which does not yet train a model's batch "
-                          f"statistics (batch_stats); use a model without BatchNorm")
     theta = theta_vars["params"]
     lr_t = hp.lr * hp.lr_decay ** t
     k_train, k_priv = jax.random.split(key)  # k_train: the local steps' batches and dropout keys
@@ -266,8 +268,17 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     noise_var = jnp.zeros((), jnp.float32)
     stats, loss = None, None
     if isinstance(out, Reveal):  # the model the client reveals: through the mechanism, then Δ_i = θ − w̃
-        w, new_state, aux = C.unpack_reveal(alg, out, theta, state)
-        out = Sent(w, lambda wt: (T.sub(theta, wt), new_state, aux))  # model_upload's Δ_i
+        w, new_state, aux = C.unpack_reveal(alg, out, theta, state, ctx.stats)
+        if out.upload is None:
+            out = Sent(w, lambda wt: (T.sub(theta, wt), new_state, aux), out.stats)  # model_upload's Δ_i
+        else:  # its own upload of w̃
+            up = out.upload
+            out = Sent(w, lambda wt: C.unpack_final(alg, C.call(alg, "fj.Reveal's upload", up, (wt,), {}, "w_tilde"),
+                                                    theta, state, what="fj.Reveal's upload"), out.stats)
+    elif not isinstance(out, Sent) and "batch_stats" in theta_vars:  # a raw Δ_i: no place for the trained stats
+        raise C.error(f"algorithm {alg.name!r}: client.final on a model with batch statistics must return "
+                      f"fj.Reveal(w, new state, stats=...) (its statistics after training, ctx.apply.with_stats; "
+                      f"ctx.stats to keep them), not a raw (Δ_i, new state)")
     if isinstance(out, Sent):
         stats, loss = out.stats, out.loss
         if out.w is None:  # no model revealed (local_train=False): no mechanism runs such a round
@@ -298,7 +309,7 @@ def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key, hint=None):
     alg = spec.algorithm
 
     def body(carry, rows, mask, rng, k):
-        batch = ClientBatch(x_pool[rows], y_pool[rows], mask, jnp.asarray(k, jnp.int32), rng)
+        batch = Batch(x_pool[rows], y_pool[rows], mask, jnp.asarray(k, jnp.int32), rng)
         new = C.call(alg, "client.step", step_fn, (carry, batch, ctx), {}, "carry, batch, ctx", hint=hint)
         C.check_carry(alg, new, carry)
         return new
