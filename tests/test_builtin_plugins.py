@@ -73,7 +73,6 @@ ALLOWED = {
     "runtime/interrupt.py": {"fedalf"},  # the command's name
     "cli_options.py": {"fedalf"},  # the command's name
     "runner/progress.py": {"fedalf"},  # the command's name on the progress bar
-    "reporting/figures.py": {"fedalf", "fedavg"},  # the paper's privacy figure: FedALF and its private variants
     "sim/algorithms.py": set(BUILTINS),  # the old import path of the factories (deprecated, one release)
 }
 

@@ -1063,6 +1063,10 @@ mutate fedalf_jax/sim/algorithms.py "        cols = training.client_collections 
 mutate fedalf_jax/sim/program.py "        return out, (new.get(\"batch_stats\", stats) if stats is not None else None)" \
   "        return out, stats" \
   "prog56: ctx.apply.with_stats does not update the running statistics" "tests/test_client_program.py -k batch_statistics"
+mutate fedalf_jax/algorithms/fedavg.py 'weighted_by_n=True, frontier_line=":")' 'weighted_by_n=True, frontier_line=None)' \
+  "rep56: FedAvg's declared frontier level not drawn" "tests/test_report_frontier.py -k differ_only"
+mutate fedalf_jax/reporting/figures.py '    both = [c for c in cells if kinds[c.runs[0].cfg["algorithm"]] == {True, False}]' '    both = []' \
+  "rep56: no privacy figure for an algorithm run with and without privacy" "tests/test_report.py -k figures"
 mutate examples/scaffold1.py "    c_new = full_gradient(ctx, ctx.theta)" "    c_new = full_gradient(ctx, w)" \
   "priv48: SCAFFOLD option I's c_i⁺ at the trained w, not θ" "$CPP -k scaffold1_matches"
 mutate examples/scaffold1.py "p - ctx.lr * (gi - ci + c)" "p - ctx.lr * (gi + ci - c)" \

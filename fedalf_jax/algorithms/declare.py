@@ -86,6 +86,9 @@ class Declares:
     * ``privacy_refusal(cfg, option, value) -> str | None``: a mechanism it cannot run with at all.
     * ``server_work``: what its server step computes (``fedalf bench``); ``fair_server``: its server solves
       the per-layer fair QPs (``fedalf bench --depth`` counts their loop trips).
+    * ``frontier_line``: the matplotlib line style its non-private cells are drawn with as a level on the
+      report's privacy frontier (``"--"``: FedALF, ``":"``: FedAvg), in declaration order of the built-ins;
+      ``None``: not drawn there.
     """
 
     label: str
@@ -102,6 +105,7 @@ class Declares:
     privacy_refusal: Optional[Callable] = None
     server_work: str = "the weighted mean of the uploads and the model update"
     fair_server: bool = False
+    frontier_line: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))

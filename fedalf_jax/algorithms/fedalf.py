@@ -29,4 +29,4 @@ fedalf.declares = Declares(
     defaults={"server_lr": Option(0.5, private=1.0), "server_lr_decay": Option(0.999, private=0.999)},
     factory_options=("server_target", "dual_from", "history", "merge_tol", "qp_method", "fair_norm", "history_tau"),
     needs_layers=True, central_sensitivity="2", sends_loss=True, upload_privacy=upload_privacy,
-    server_work=FAIR_WORK, fair_server=True)
+    server_work=FAIR_WORK, fair_server=True, frontier_line="--")

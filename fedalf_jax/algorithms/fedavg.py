@@ -13,4 +13,4 @@ def fedavg() -> Algorithm:
     return Algorithm("fedavg", server=weighted_mean_server, client=local_training(), private_upload=True)  # Δ_i = θ − w̃_i
 
 
-fedavg.declares = Declares(label="FedAvg", central_sensitivity="2/m", weighted_by_n=True)
+fedavg.declares = Declares(label="FedAvg", central_sensitivity="2/m", weighted_by_n=True, frontier_line=":")

@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from ..algorithms import declared
 from .runs import Cell, Run, _fmt_value, _privacy, _variant_name, cell_spent
 from .tables import _writing, mean_std, setting
 
@@ -157,15 +158,18 @@ def heatmap_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
 
 
 def privacy_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
-    """Accuracy vs round of FedALF and its private variants, when both kinds are present."""
+    """Accuracy vs round of every algorithm that ran both with and without privacy (the paper's: FedALF and its
+    private variants), its cells of both kinds; ``None`` when no algorithm did."""
     from matplotlib.figure import Figure
-    fedalf = [c for c in cells if c.runs[0].cfg["algorithm"] == "fedalf"]
-    private = [c for c in fedalf if _privacy(c.runs[0].cfg) != "none"]
-    if len(private) in (0, len(fedalf)):
+    kinds = defaultdict(set)
+    for c in cells:
+        kinds[c.runs[0].cfg["algorithm"]].add(_privacy(c.runs[0].cfg) != "none")
+    both = [c for c in cells if kinds[c.runs[0].cfg["algorithm"]] == {True, False}]
+    if not both:
         return None
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
-    for c in fedalf:
+    for c in both:
         _band(ax, c, "acc")
     ax.set(xlabel="round", ylabel="mean accuracy", title=f"privacy ({title})")
     _round_axis(ax)
@@ -186,7 +190,8 @@ class FrontierPoint(NamedTuple):
 
 
 class Baseline(NamedTuple):
-    """A non-private FedALF or FedAvg cell's final mean accuracy and angle (mean, std over seeds)."""
+    """A non-private cell's final mean accuracy and angle (mean, std over seeds), of an algorithm that declares a
+    ``frontier_line`` (FedALF, FedAvg)."""
 
     algorithm: str
     acc: float
@@ -195,7 +200,9 @@ class Baseline(NamedTuple):
     angle_std: Optional[float]
 
 
-_BASELINE_STYLE = {"fedalf": "--", "fedavg": ":"}  # non-private levels on the frontier
+def _frontier_line(algorithm: str) -> Optional[str]:
+    """The line style an algorithm's non-private level is drawn with on the frontier (its declaration)."""
+    return declared(algorithm).frontier_line
 
 
 def _final(cell: Cell) -> tuple[float, Optional[float], float, Optional[float]]:
@@ -206,7 +213,8 @@ def _final(cell: Cell) -> tuple[float, Optional[float], float, Optional[float]]:
 
 def _frontier_cells(cells: list[Cell]) -> tuple[dict[str, list[Cell]], dict[str, Cell]]:
     """The private cells by line (variant name without ``epsilon``), by ascending ε, and the non-private
-    FedALF / FedAvg cells by label (``FedALF (no privacy)``); cells without a chosen η are left out."""
+    cells of the algorithms declaring a ``frontier_line`` by label (``FedALF (no privacy)``); cells without a
+    chosen η are left out."""
     lines: dict[str, list[Cell]] = defaultdict(list)
     baselines: dict[str, Cell] = {}
     for c in cells:
@@ -216,7 +224,7 @@ def _frontier_cells(cells: list[Cell]) -> tuple[dict[str, list[Cell]], dict[str,
         if _privacy(run.cfg) != "none":
             named = {k: v for k, v in run.named_by.items() if k != "epsilon"}
             lines[_variant_name(run.label, named)].append(c)
-        elif run.cfg["algorithm"] in _BASELINE_STYLE:
+        elif _frontier_line(run.cfg["algorithm"]) is not None:
             parts = [f"{k}={_fmt_value(v)}" for k, v in run.named_by.items()] + ["no privacy"]
             baselines[f"{run.label} ({', '.join(parts)})"] = c
     return {name: sorted(cs, key=lambda c: float(c.runs[0].cfg["epsilon"])) for name, cs in lines.items()}, baselines
@@ -227,18 +235,20 @@ def frontier_data(cells: list[Cell]) -> tuple[dict[str, list[FrontierPoint]], di
 
     Lines: per private variant, its cells that differ only in ``epsilon`` (their variant names without
     ``epsilon=…``), one :class:`FrontierPoint` per cell by ascending ε (the config's, per round of the
-    mechanism). Baselines: the non-private FedALF and FedAvg cells, by label (``FedALF (no privacy)``;
-    the options naming the variant first when there are some). Each number is over the cell's chosen η's
+    mechanism). Baselines: the non-private cells of the algorithms that declare a ``frontier_line`` (FedALF,
+    FedAvg), by label (``FedALF (no privacy)``; the options naming the variant first when there are some), those
+    of an algorithm with a private line first. Each number is over the cell's chosen η's
     seeds, at their final evaluation."""
     lines, baselines = _frontier_cells(cells)
     points = {name: [FrontierPoint(float(c.runs[0].cfg["epsilon"]), *_final(c)) for c in cs]
               for name, cs in lines.items()}
     base = {label: Baseline(c.runs[0].cfg["algorithm"], *_final(c)) for label, c in baselines.items()}
-    return points, dict(sorted(base.items(), key=lambda kv: list(_BASELINE_STYLE).index(kv[1].algorithm)))
+    private = {c.runs[0].cfg["algorithm"] for cs in lines.values() for c in cs}  # the subjects' levels first
+    return points, dict(sorted(base.items(), key=lambda kv: kv[1].algorithm not in private))
 
 
 def frontier_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
-    """Final accuracy and angle vs ε per private variant, non-private FedALF / FedAvg as horizontal lines
+    """Final accuracy and angle vs ε per private variant, the declared non-private levels as horizontal lines
     (:func:`frontier_data`); only when some private variant ran at two or more ε."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullLocator
@@ -262,7 +272,7 @@ def frontier_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]
     for i, (label, b) in enumerate(baselines.items()):
         color = grays[i % len(grays)]
         for ax, y, std in ((ax_acc, b.acc, b.acc_std), (ax_ang, b.angle, b.angle_std)):
-            ax.axhline(y, ls=_BASELINE_STYLE[b.algorithm], color=color, lw=1.2, label=label)
+            ax.axhline(y, ls=_frontier_line(b.algorithm), color=color, lw=1.2, label=label)
             if std:
                 ax.axhspan(y - std, y + std, color=color, alpha=0.08, lw=0)
     ticks = sorted({p.eps for pts in lines.values() for p in pts})
