@@ -210,6 +210,49 @@ def _copy_slot(tree, dst: int, src: int):
     return jax.tree_util.tree_map(lambda x: x.at[dst].set(x[src]), tree)
 
 
+def _record(slots, batched: bool, t: int, out, tl, sec: float, on_row=None) -> None:
+    """Round ``t``'s evaluation ``out`` (and train loss ``tl``) as every live slot's row: kept, written by its
+    writers, checked for divergence, passed to ``on_row(slot, row)``."""
+    for i, slot in enumerate(slots):
+        if slot is None or not slot.live:
+            continue
+        one = (lambda x: _take(x, i)) if batched else (lambda x: x)
+        row = eval_row(t, one(out), None if tl is None else one(tl), sec)
+        slot.rows.append(row)
+        for w in slot.writers:
+            w.write_scalars(t, scalars_of(row))
+        _check_diverged(slot, row)
+        if on_row is not None:
+            on_row(slot, row)
+
+
+def _initial(state, personal: bool):
+    """A copy of the initial variables (and of the client states, server state and round, for an algorithm that
+    evaluates each client's own model from them): the programs donate the state, round 0 is evaluated later."""
+    rest = (state.client_states, state.clients, state.sstate, state.round) if personal else None
+    return jax.tree_util.tree_map(jnp.copy, (state.variables, rest))
+
+
+def _round0(program: Program, state, initial, hp, data):
+    """``(state, out, train loss)``: round 0's evaluation of the ``initial`` copy (:func:`_initial`), made after
+    the first evaluation so that the first rounds show up sooner (its train loss is a pass over every training
+    sample: most of the start-up's time on a CPU); the evaluation-only program returns the rest of the state as
+    it was given, and the returned state is ``state`` again."""
+    variables0, rest0 = initial
+    at0 = state._replace(variables=variables0)
+    if rest0 is not None:
+        at0 = at0._replace(client_states=rest0[0], clients=rest0[1], sstate=rest0[2], round=rest0[3])
+    if program.spec.eval_average:  # the averaged iterate of no round yet: θ_0 (its own buffers: donated)
+        at0 = at0._replace(average=jax.tree_util.tree_map(jnp.copy, variables0))
+    st, out = program(at0, hp, data, 0)
+    tl = program.train_loss(st, hp, data)
+    st = st._replace(variables=state.variables, average=state.average)
+    if rest0 is not None:
+        st = st._replace(client_states=state.client_states, clients=state.clients, sstate=state.sstate,
+                         round=state.round)
+    return st, to_host(out), to_host(tl)
+
+
 def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, start: int,
           progress: Optional[Progress] = None, on_row=None) -> None:
     """Run every slot's rounds from ``start`` to its config's ``rounds`` (all slots share the static
@@ -233,40 +276,11 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     dirs = [s.rundir.path for s in slots if s is not None and s.rundir is not None]
 
     def record(t, out, tl, sec):
-        for i, slot in enumerate(slots):
-            if slot is None or not slot.live:
-                continue
-            one = (lambda x: _take(x, i)) if batched else (lambda x: x)
-            row = eval_row(t, one(out), None if tl is None else one(tl), sec)
-            slot.rows.append(row)
-            for w in slot.writers:
-                w.write_scalars(t, scalars_of(row))
-            _check_diverged(slot, row)
-            if on_row is not None:
-                on_row(slot, row)
+        _record(slots, batched, t, out, tl, sec, on_row)
 
     def row0(state, variables0):
-        """Round 0's row, evaluated after the first evaluation's so that the first rounds show up sooner
-        (its train loss is a pass over every training sample: most of the start-up's time on a CPU). The
-        programs donate the state, so the initial variables were kept as a copy (and the initial client
-        states, for an algorithm that evaluates each client's own model from them); the evaluation-only
-        program returns the rest of the state as it was given."""
-        variables0, duals0 = variables0
-
-        def work():
-            at0 = state._replace(variables=variables0)
-            at0 = at0 if duals0 is None else at0._replace(client_states=duals0[0], clients=duals0[1], sstate=duals0[2],
-                                                          round=duals0[3])
-            if program.spec.eval_average:  # the averaged iterate of no round yet: θ_0 (its own buffers: donated)
-                at0 = at0._replace(average=jax.tree_util.tree_map(jnp.copy, variables0))
-            st, out = program(at0, hp, data, 0)
-            tl = program.train_loss(st, hp, data)
-            st = st._replace(variables=state.variables, average=state.average)
-            return (st if duals0 is None else st._replace(client_states=state.client_states, clients=state.clients, sstate=state.sstate,
-                                                          round=state.round)), to_host(out), \
-                to_host(tl)
         with stage(progress, "evaluating round 0"):
-            st, out, tl = _interruptible(work)
+            st, out, tl = _interruptible(lambda: _round0(program, state, variables0, hp, data))
         record(0, out, tl, math.nan)
         return st
 
@@ -281,6 +295,14 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
     def stopping():
         if progress is not None:
             progress.stopping(INTERRUPT.until)
+
+    def checkpoint_if_due(t, state, say_stopping=False):
+        if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):
+            if say_stopping and INTERRUPT.requested:
+                stopping()
+            ckpt.wait()  # the previous one written (or its failure raised) before the next is queued
+            _checkpoint(ckpt, slots, state, batched)
+            schedule.done(t)
 
     keeps = cfg.keeps_checkpoints  # False: a throw-away run (checkpoint_every=never)
 
@@ -304,9 +326,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 raise stopped(saved=False) from None
             # The initial variables, evaluated as round 0 after the first evaluation (``row0``).
             personal = program.spec.algorithm.evaluates_own  # round 0 also evaluates the initial states
-            variables0 = (jax.tree_util.tree_map(jnp.copy, (state.variables, (state.client_states, state.clients, state.sstate, state.round)
-                                                             if personal else None))
-                          if start == 0 and evaluates else None)
+            variables0 = _initial(state, personal) if start == 0 and evaluates else None
             if progress is not None:
                 progress.start_rounds()  # the rate (and ETA) counts rounds from here: not the compile
             pending, t0 = [], time.perf_counter()  # the rounds' metrics since the last evaluation
@@ -324,12 +344,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                     progress.end_call(1)
                 if not evaluates:  # eval_every=never: a checkpoint when due (at the end, after a signal), no rows
                     ckpt.check()
-                    if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):
-                        if INTERRUPT.requested:
-                            stopping()
-                        ckpt.wait()
-                        _checkpoint(ckpt, slots, state, batched)
-                        schedule.done(t)
+                    checkpoint_if_due(t, state, say_stopping=True)
                     continue
                 pending.append(metrics)
                 if not schedule.evaluates(t, INTERRUPT.requested):
@@ -347,10 +362,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                 record(t, (rounds, ev), tl, sec)
                 state = _retire_diverged(slots, state, hp, data, batched, progress, t)
                 ckpt.check()  # a checkpoint that failed stops the run now, not at its end
-                if schedule.due(t, t == cfg.rounds, INTERRUPT.requested):
-                    ckpt.wait()  # the previous one written (or its failure raised) before the next is queued
-                    _checkpoint(ckpt, slots, state, batched)
-                    schedule.done(t)
+                checkpoint_if_due(t, state)
                 pending, t0 = [], time.perf_counter()
             if variables0 is not None and not (INTERRUPT.requested and t < cfg.rounds):  # no round ran: zero rounds
                 state, variables0 = row0(state, variables0), None  # (a signal before the first: nothing to evaluate)
@@ -358,13 +370,7 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
                       "writing the checkpoint" if ckpt.busy() else None)
             with stage(progress, saving) if saving else contextlib.nullcontext():
                 ckpt.wait()
-            for i, slot in enumerate(slots):
-                if slot is not None:
-                    slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
-                    if program.spec.eval_average:
-                        slot.average = to_host(_take(state.average, i) if batched else state.average)
-                    if not evaluates and slot.live and slot.reached == slot.cfg.rounds:
-                        _check_finite(slot)  # no row to say it diverged: the final model itself
+            _hand_back(slots, state, batched, program.spec.eval_average, evaluates)
             if INTERRUPT.requested and t < cfg.rounds:
                 raise stopped(saved=t > start)
     except WriteError as e:
@@ -374,6 +380,18 @@ def train(program: Program, slots: list[Optional[Slot]], state, hp, data, *, sta
         for slot in slots:
             if slot is not None:
                 _finish(slot, program.compile_s, sizes)
+
+
+def _hand_back(slots, state, batched: bool, average: bool, evaluates: bool) -> None:
+    """Every slot's final variables (and averaged iterate) on the host; without rows (``eval_every=never``) a
+    finished run's final model is checked for being finite instead."""
+    for i, slot in enumerate(slots):
+        if slot is not None:
+            slot.variables = to_host(_take(state.variables, i) if batched else state.variables)
+            if average:
+                slot.average = to_host(_take(state.average, i) if batched else state.average)
+            if not evaluates and slot.live and slot.reached == slot.cfg.rounds:
+                _check_finite(slot)  # no row to say it diverged: the final model itself
 
 
 def _check_diverged(slot: Slot, row: dict) -> None:
