@@ -37,7 +37,7 @@ accuracy, their mean, and their population std (``np.std`` of the three; the col
 Each (algorithm, seed) is one ``fj.run``: a seed's data set is its own split, and a sweep's runs share one
 data set (seeds vary the initialisation only), so the five seeds cannot be one ``fj.sweep`` here.
 
-Usage (about ten minutes on a 2-core CPU):
+Usage (about 18 minutes on a 2-core CPU, 14 rows × 5 seeds):
 
     nice -n 10 .venv/bin/python experiments/fedfv_fmnist3.py [--out runs/fedfv-fmnist3] [--keep DIR]
 
