@@ -90,12 +90,25 @@ class Result:
         cfg = self.config
         if cfg.availability != "always" or cfg.dropout > 0:  # docs/federations.md: -1 where no upload arrived
             from .sim.round import federated_sampled
+            from .sim.round import client_facts
+            clients = self._clients_json()
+            tn, cl = client_facts(clients) if clients else (None, None)
             try:
                 return federated_sampled(cfg.clients, cfg.clients_per_round, cfg.seed, rounds, cfg.availability,
-                                         cfg.dropout)
+                                         cfg.dropout, tn, cl)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         return sampled_clients(self.config.clients, self.config.clients_per_round, self.config.seed, rounds)
+
+    def _clients_json(self):
+        """The run folder's ``clients.json`` entries (each client's size and classes), or ``None``."""
+        if self.run_dir is None:
+            return None
+        from .runner.rundir import RunDir
+        try:
+            return (RunDir(self.run_dir).clients() or {}).get("clients")
+        except ConfigError:
+            return None
 
     @property
     def participation(self) -> np.ndarray:

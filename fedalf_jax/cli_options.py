@@ -79,9 +79,11 @@ _HELP = {
              "or your own flax module's factory as module:attribute (docs/extending.md)",
     "rounds": "communication rounds", "local_epochs": "local epochs E per round", "batch_size": "local minibatch size B",
     "availability": "which clients are online each round (docs/federations.md): always (every client), beta:A,B "
-                    "(each client on with its own p_i ~ Beta(A,B), drawn once per seed), size (p_i = n_i / max n) or "
-                    "cyclic:PERIOD (on half of every PERIOD rounds, per-client phases); the round samples its m from "
-                    "those online, masking the slots left over",
+                    "(each client on with its own p_i ~ Beta(A,B), drawn once per seed), size (p_i = n_i / max n), "
+                    "labels (p_i = k_i / max k, k_i the classes it holds), cyclic:PERIOD (on half of every PERIOD "
+                    "rounds, per-client phases), markov:P_ON,P_OFF (an on/off chain per client) or trace:FILE.npz (an "
+                    "[N, T] boolean array 'avail' replayed); the round samples its m from those online, masking the "
+                    "slots left over",
     "dropout": "probability P in [0, 1] that a sampled client's upload is lost after training; the server "
                "averages what arrived (weights renormalised); a round where nothing arrives keeps the model",
     "local_steps": "K local minibatch steps per round instead of epochs (exclusive with --local-epochs): each of B "

@@ -256,6 +256,12 @@ class Config:
             d["central_rounds"] = self.rounds
             # and to the accounting: a checkpoint of the Poisson-accounted noise (of the first releases) is not resumed
             d["central_accounting"] = "sampled without replacement, replace-one"
+        if self.availability.startswith("trace:"):  # the trace file's content: a resume with another is refused
+            from ..sim.federation import trace_digest
+            try:
+                d["availability_digest"] = trace_digest(self.availability[len("trace:"):])
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         if self.dataset not in DATASETS:  # a registered data set: its arrays are part of the run's identity
             d["dataset_digest"] = registry.dataset(self.dataset).digest
         for kind, name, builtin in (("algorithm", self.algorithm, ALGORITHMS), ("model", self.model, MODELS)):
@@ -468,6 +474,12 @@ def _check_federation(cfg: "Config") -> None:
         raise ConfigError(str(e)) from None
     object.__setattr__(cfg, "availability", canonical(av))  # one spelling in config.json and the identity
     object.__setattr__(cfg, "dropout", p)
+    if av[0] == "trace":  # its shape, rounds and values, before anything is written
+        from ..sim.federation import load_trace
+        try:
+            load_trace(av[1], cfg.clients, cfg.rounds if isinstance(cfg.rounds, int) else None)
+        except (ValueError, OSError) as e:
+            raise ConfigError(str(e)) from None
     if (av != ("always",) or p > 0) and (cfg.ldp != "none" or cfg.dp != "none"):
         raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with a privacy mechanism: its accounting "
                           f"assumes uniform sampling at m/N and every upload arriving, which these do not give "

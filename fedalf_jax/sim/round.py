@@ -230,29 +230,52 @@ def _replay(n: int, m: int):
 
 
 def federated_sampled(num_clients: int, clients_per_round: int, seed: int, rounds: int, availability: str,
-                      dropout: float, train_n=None) -> np.ndarray:
+                      dropout: float, train_n=None, classes=None) -> np.ndarray:
     """``[rounds, m]`` int32 of a federated run (:mod:`fedalf_jax.sim.federation`): the clients whose upload
     arrived in each slot, ``-1`` where the slot was masked (fewer available than ``m``) or its upload dropped;
     replayed on the host with the round's own :func:`federation_masks`. ``train_n`` ([N], each client's training
-    size) is needed by ``availability=size`` only."""
+    size) is needed by ``availability=size`` only, ``classes`` ([N], how many classes each holds) by ``labels``
+    only (both in a run folder's ``clients.json``: :func:`client_facts`)."""
     from .federation import parse_availability
     n, m = int(num_clients), int(clients_per_round)
     av = parse_availability(availability)
-    if train_n is None:
-        if av[0] == "size":
-            raise ValueError("availability size: replaying its sampling needs each client's training size "
-                             "(train_n); pass train_n=")
-        train_n = np.ones((n,), np.int32)
+    for need, got, what in (("size", train_n, "training size (train_n)"),
+                            ("labels", classes, "number of classes (classes)")):
+        if av[0] == need and got is None:
+            raise ValueError(f"availability {need}: replaying its sampling needs each client's {what}; pass "
+                             f"{what.split('(')[1][:-1]}= (a run folder's clients.json has it)")
+    train_n = np.ones((n,), np.int32) if train_n is None else train_n
     spec = types.SimpleNamespace(num_clients=n, clients_per_round=m, availability=av, dropout=float(dropout))
     run_key = seed_keys(int(seed))[1]
     tn = jnp.asarray(train_n, jnp.int32)
+    cl = None if classes is None else jnp.asarray(classes, jnp.int32)
 
     def one(t):
         state = RunState(None, None, None, t, run_key)
         k_sel, _ = round_keys(state, m)
-        sel, fed = federation_masks(spec, state, k_sel, tn)
+        sel, fed = federation_masks(spec, state, k_sel, tn, cl)
         return jnp.where(fed["arrived"], sel, -1)
     return np.asarray(jax.jit(jax.vmap(one))(jnp.arange(int(rounds), dtype=jnp.int32)))
+
+
+def client_facts(clients: list) -> tuple:
+    """``(train_n, classes)`` ([N] each) from a run folder's ``clients.json`` entries (``n_train``, ``classes``)."""
+    return (np.asarray([c["n_train"] for c in clients], np.int32),
+            np.asarray([len(c["classes"]) for c in clients], np.int32))
+
+
+def run_participation(cfg, rounds: int, clients=None) -> np.ndarray:
+    """``[N]`` int64: each client's arrived rounds among the first ``rounds`` of the run of ``cfg`` (its sampled
+    rounds when neither availability nor dropout masks them); ``clients``: its ``clients.json`` entries, read
+    by ``availability`` ``size`` and ``labels``."""
+    n = int(cfg.clients)
+    if getattr(cfg, "availability", "always") != "always" or getattr(cfg, "dropout", 0.0) > 0:
+        tn, cl = client_facts(clients) if clients else (None, None)
+        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, cfg.availability, cfg.dropout, tn, cl)
+    else:
+        sel = sampled_clients(n, cfg.clients_per_round, cfg.seed, rounds)
+    sel = sel.ravel()
+    return np.bincount(sel[sel >= 0], minlength=n).astype(np.int64)
 
 
 def participation_counts(num_clients: int, clients_per_round: int, seed: int, rounds: int) -> np.ndarray:
@@ -383,11 +406,12 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     return _client_phase(spec, state, hp, data)[:3]
 
 
-def federation_masks(spec: RoundSpec, state: RunState, k_sel, train_n):
-    """``(sel, {"valid", "arrived", "available"})`` of a federated round (:mod:`fedalf_jax.sim.federation`)."""
+def federation_masks(spec: RoundSpec, state: RunState, k_sel, train_n, classes=None):
+    """``(sel, {"valid", "arrived", "available"})`` of a federated round (:mod:`fedalf_jax.sim.federation`);
+    ``classes``: each client's number of classes (``availability=labels`` only)."""
     from .federation import arrivals, sample_available
     sel, valid, n_avail = sample_available(tuple(spec.availability), spec.clients_per_round, state.key,
-                                           state.round, k_sel, train_n)
+                                           state.round, k_sel, train_n, classes)
     arrived = (arrivals(spec.dropout, jax.random.fold_in(state.key, state.round), valid) if spec.dropout > 0
                else valid)
     return sel, {"valid": valid, "arrived": arrived, "available": n_avail}
@@ -398,7 +422,11 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
     k_sel, ckeys = round_keys(state, m)
     fed = None
     if spec.federated:
-        sel, fed = federation_masks(spec, state, k_sel, data.train_n)
+        classes = None
+        if tuple(spec.availability)[0] == "labels":
+            from .federation import classes_held
+            classes = classes_held(data.y, data.train_idx, data.train_n, spec.model.num_classes)
+        sel, fed = federation_masks(spec, state, k_sel, data.train_n, classes)
     else:
         sel = sample_clients(spec, k_sel)
     alg = spec.algorithm
