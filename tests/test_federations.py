@@ -18,7 +18,28 @@ SMALL = dict(dataset="synthetic", clients=12, clients_per_round=4, synthetic_tra
              batch_size=20, rounds=2, eval_every=1, algorithm="fedavg", model="mlp", partition="dirichlet", alpha=0.3)
 
 
-def _ref_masks(av, p_drop, seed, t, n_all, m):
+def _ref_markov(p_on, p_off, seed_key, t, n):
+    """``[t + 1, N]``: the chains of rounds 0..t simulated forwards in numpy, from the uniforms the round draws:
+    round 0 from the stationary law, then each round an independent refresh (probability r) to a fresh state (on
+    with probability q), else the state kept (P_ON + P_OFF ≤ 1) or flipped (> 1); r, q solved by hand from
+    P(on | off) = P_ON, P(off | on) = P_OFF."""
+    pi = p_on / (p_on + p_off)
+    if p_on + p_off <= 1:
+        r, q, flip = p_on + p_off, pi, False
+    else:
+        r, q, flip = 2 - p_on - p_off, (1 - p_off) / (2 - p_on - p_off), True
+    out = []
+    for s in range(t + 1):
+        v, w = np.asarray(jax.random.uniform(jax.random.fold_in(seed_key, s), (2, n)))
+        if s == 0:
+            x = w < np.float32(pi)
+        else:
+            x = np.where(v < np.float32(r), w < np.float32(q), x ^ flip)
+        out.append(x)
+    return np.array(out)
+
+
+def _ref_masks(av, p_drop, seed, t, n_all, m, classes=None):
     """Which clients round ``t`` finds available, samples and hears from, in numpy (the uniforms from the
     round's own keys)."""
     run_key = seed_keys(seed)[1]
@@ -28,7 +49,11 @@ def _ref_masks(av, p_drop, seed, t, n_all, m):
     seed_key = jax.random.fold_in(run_key, AVAIL_KEY)
     N = len(n_all)
     kind = av.split(":")[0]
-    if kind == "cyclic":
+    if kind == "markov":
+        avail = _ref_markov(*(float(x) for x in av.split(":")[1].split(",")), seed_key, t, N)[-1]
+    elif kind == "trace":
+        avail = np.load(av.split(":", 1)[1])["avail"][:, t].astype(bool)
+    elif kind == "cyclic":
         period = int(av.split(":")[1])
         phase = np.asarray(jax.random.randint(seed_key, (N,), 0, period))
         avail = (t + phase) % period < -(-period // 2)
@@ -38,6 +63,8 @@ def _ref_masks(av, p_drop, seed, t, n_all, m):
             p = np.asarray(jax.random.beta(seed_key, a, b, (N,), jnp.float32), np.float64)
         elif kind == "size":
             p = n_all / n_all.max()
+        elif kind == "labels":
+            p = classes / classes.max()
         else:
             p = np.ones(N)
         avail = np.asarray(jax.random.uniform(k_av, (N,)), np.float64) < p
@@ -53,13 +80,14 @@ def _ref_masks(av, p_drop, seed, t, n_all, m):
 def _two_rounds_against_numpy(av, p_drop, seed=0):
     exp = build(Config(**SMALL, availability=av, dropout=p_drop, seed=seed))
     n_all = np.asarray(exp.data.train_n).astype(np.float64)
+    classes = np.array([len(c) for c in exp.partition.classes], np.float64)  # the partition's own record
     state = init_state(exp.spec, seed)
     phase = jax.jit(lambda s: _client_phase(exp.spec, s, exp.hp, exp.data))
     step = jax.jit(lambda s, a, b, c, f: server_step(exp.spec, s, a, b, c, exp.hp, f))
     seen = []
     for t in range(2):
         sel, n, outs, fed = phase(state)
-        ids, valid, arrived, n_av = _ref_masks(av, p_drop, seed, t, n_all, 4)
+        ids, valid, arrived, n_av = _ref_masks(av, p_drop, seed, t, n_all, 4, classes)
         sel, valid_got, arrived_got = np.asarray(sel), np.asarray(fed["valid"]), np.asarray(fed["arrived"])
         np.testing.assert_array_equal(valid_got, valid)
         np.testing.assert_array_equal(arrived_got, arrived)
@@ -206,3 +234,165 @@ def test_a_round_where_nothing_arrives_keeps_the_server_state():
     for a, b in zip(jax.tree_util.tree_leaves((state.sstate, state.variables)),
                     jax.tree_util.tree_leaves((new.sstate, new.variables))):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+# ---- issue 58, second slice (labels "fed58b"): markov, trace and labels availability; participation --------------
+
+def test_markov_availability_two_rounds_match_numpy():
+    _two_rounds_against_numpy("markov:0.3,0.2", 0.2, seed=5)
+
+
+def test_markov_anticorrelated_availability_two_rounds_match_numpy():
+    _two_rounds_against_numpy("markov:0.9,0.8", 0.0, seed=6)
+
+
+@pytest.mark.parametrize("p_on, p_off", [(0.3, 0.1), (0.05, 0.02), (0.9, 0.7)])
+def test_markov_chain_has_its_transition_probabilities(p_on, p_off):
+    """Over 2,000 clients and 40 rounds the chain's frequencies are the hand-computed ones: the stationary
+    P(on) = P_ON / (P_ON + P_OFF) in every round, P(on | off) = P_ON, P(off | on) = P_OFF, and two rounds apart
+    P(on | on) = 1 − P_OFF (1 − P_OFF) − P_OFF P_ON... by the matrix squared; and round t's states are those of the
+    chain simulated forwards from round 0 (the round carries no state: a resumed run's round t is the same)."""
+    from fedalf_jax.sim.federation import available
+    n, rounds = 2000, 40
+    run_key = seed_keys(7)[1]
+    tn = jnp.ones((n,), jnp.int32)
+    x = np.asarray(jax.jit(jax.vmap(lambda t: available(("markov", p_on, p_off), run_key, t, run_key, tn)))(
+        jnp.arange(rounds)))
+    pi = p_on / (p_on + p_off)
+    np.testing.assert_allclose(x.mean(axis=1), pi, atol=5 * np.sqrt(pi * (1 - pi) / n))
+    a, b = x[:-1], x[1:]
+    np.testing.assert_allclose((b & ~a).sum() / (~a).sum(), p_on, atol=0.01)
+    np.testing.assert_allclose((~b & a).sum() / a.sum(), p_off, atol=0.01)
+    P = np.array([[1 - p_on, p_on], [p_off, 1 - p_off]])
+    P2 = P @ P
+    a2, b2 = x[:-2], x[2:]
+    np.testing.assert_allclose((b2 & a2).sum() / a2.sum(), P2[1, 1], atol=0.012)
+    ref = _ref_markov(p_on, p_off, jax.random.fold_in(run_key, AVAIL_KEY), rounds - 1, n)
+    np.testing.assert_array_equal(x, ref)
+
+
+def test_markov_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    cfg = fj.Config(**{**SMALL, "rounds": 4}, availability="markov:0.2,0.3", dropout=0.1)
+    whole = fj.run(cfg, progress=False)
+    part = cfg.replace(rounds=2, out=str(tmp_path / "r"), checkpoint_every="1")
+    fj.run(part, progress=False)
+    resumed = fj.run(part.replace(rounds=4), progress=False, resume=True)
+    cols = [c for c in whole.metrics if "second" not in c and c != "train_loss"]  # the 2-round run's end: a train loss
+    np.testing.assert_array_equal(whole.metrics[cols].to_numpy(float),
+                                  fj.load(resumed.run_dir).metrics[cols].to_numpy(float))
+    assert resumed.summary["participation"] == whole.participation.tolist()
+
+
+def _trace(tmp_path, avail, name="t.npz"):
+    path = tmp_path / name
+    np.savez(path, avail=avail)
+    return f"trace:{path}"
+
+
+def test_trace_replay_is_exact(tmp_path):
+    rng = np.random.default_rng(3)
+    avail = rng.random((12, 6)) < 0.4
+    avail[:, 2] = False  # a round with nobody available: recorded, every slot masked
+    avail[:3, 4] = True
+    av = _trace(tmp_path, avail)
+    _two_rounds_against_numpy(av, 0.0)
+    r = fj.run(fj.Config(**{**SMALL, "rounds": 6}, availability=av, out=str(tmp_path / "run")), progress=False)
+    sel = r.sampled_clients
+    for t in range(6):
+        got = sel[t][sel[t] >= 0]
+        assert set(got.tolist()) <= set(np.flatnonzero(avail[:, t]).tolist())
+        assert len(got) == min(4, avail[:, t].sum())
+    assert r.metrics["available"].dropna().tolist() == avail.sum(axis=0).astype(float).tolist()
+    assert r.metrics.set_index("round")["arrived"][3] == 0.0
+    want = np.zeros(12, np.int64)
+    for row in sel:
+        want[row[row >= 0]] += 1
+    assert r.participation.tolist() == want.tolist() == r.summary["participation"]
+    assert fj.load(r.run_dir).config.availability == av  # the path as given, recorded
+
+
+def test_trace_file_is_part_of_the_identity_and_a_changed_one_is_refused_on_resume(tmp_path):
+    avail = np.ones((12, 4), bool)
+    av = _trace(tmp_path, avail)
+    before = Config(**SMALL, availability=av).identity()
+    base = Config(**SMALL).identity()
+    assert "availability_digest" in before and "availability_digest" not in base
+    run = fj.Config(**SMALL, availability=av, out=str(tmp_path / "r"), checkpoint_every="1")
+    fj.run(run, progress=False)
+    avail[0, 3] = False
+    _trace(tmp_path, avail)
+    assert identity_diff(before, Config(**SMALL, availability=av).identity()) == ["availability_digest"]
+    with pytest.raises(ConfigError, match="availability_digest"):
+        fj.run(run.replace(rounds=4), progress=False, resume=True)
+
+
+@pytest.mark.parametrize("arr, says", [
+    (np.ones((11, 4), bool), "not [clients=12, T]"),
+    (np.ones((12,), bool), "not [clients=12, T]"),
+    (np.ones((12, 1), bool), "covers 1 rounds, fewer than the run's 2"),
+    (np.full((12, 4), 0.5), "non-boolean values"),
+    (np.full((12, 4), 2), "non-boolean values"),
+])
+def test_bad_trace_is_one_line_naming_the_fix(tmp_path, arr, says):
+    with pytest.raises(ConfigError) as e:
+        Config(**SMALL, availability=_trace(tmp_path, arr))
+    msg = str(e.value)
+    assert says in msg and "\n" not in msg and ("savez" in msg or "--rounds" in msg)
+    Config(**SMALL, availability=_trace(tmp_path, np.ones((12, 2), np.int8), "ints.npz"))  # 0/1 integers: fine
+
+
+def test_missing_or_keyless_trace_is_one_line(tmp_path):
+    for av, says in ((f"trace:{tmp_path / 'none.npz'}", "cannot read"), ("trace:", "trace takes the file")):
+        with pytest.raises(ConfigError, match=says):
+            Config(**SMALL, availability=av)
+    np.savez(tmp_path / "k.npz", other=np.ones((12, 4), bool))
+    with pytest.raises(ConfigError, match="no array 'avail'"):
+        Config(**SMALL, availability=f"trace:{tmp_path / 'k.npz'}")
+
+
+def test_labels_availability_two_rounds_match_numpy():
+    seen, exp = _two_rounds_against_numpy("labels", 0.0, seed=1)
+    k = np.array([len(c) for c in exp.partition.classes])
+    assert k.min() < k.max()  # the Dirichlet split's clients differ in how many classes they hold
+
+
+def test_classes_held_counts_each_clients_classes():
+    from fedalf_jax.sim.federation import classes_held
+    exp = build(Config(**SMALL, availability="labels"))
+    got = np.asarray(classes_held(exp.data.y, exp.data.train_idx, exp.data.train_n, exp.spec.model.num_classes))
+    y = np.asarray(exp.data.y)
+    want = [len(set(y[np.asarray(exp.data.train_idx)[i, :int(exp.data.train_n[i])]].tolist())) for i in range(12)]
+    assert got.tolist() == want == [len(c) for c in exp.partition.classes]
+
+
+def test_labels_and_size_replay_from_the_run_folder(tmp_path):
+    for av in ("labels", "size"):
+        r = fj.run(fj.Config(**{**SMALL, "rounds": 3}, availability=av, out=str(tmp_path / av)), progress=False)
+        assert fj.load(r.run_dir).participation.tolist() == r.summary["participation"]
+        assert sum(r.summary["participation"]) == r.metrics["arrived"].dropna().sum()
+    with pytest.raises(ValueError, match="classes="):
+        federated_sampled(12, 4, 0, 2, "labels", 0.0)
+
+
+def test_every_run_records_its_participation(tmp_path):
+    r = fj.run(fj.Config(**{**SMALL, "rounds": 3}, out=str(tmp_path / "u")), progress=False)
+    sel = r.sampled_clients
+    assert r.summary["participation"] == np.bincount(sel.ravel(), minlength=12).tolist()
+    assert sum(r.summary["participation"]) == 3 * 4
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(availability="markov:0,0.5"), "P_ON must be in (0, 1]"),
+    (dict(availability="markov:0.5,1.5"), "P_OFF in [0, 1]"),
+    (dict(availability="markov:0.5"), "two probabilities"),
+    (dict(availability="labels:2"), "unknown availability"),
+])
+def test_bad_new_modes_are_one_line_naming_the_fix(kw, says):
+    with pytest.raises(ConfigError) as e:
+        Config(**{**SMALL, **kw})
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_new_modes_are_recorded_canonically():
+    assert Config(**SMALL, availability=" Markov:0.50,0.2").availability == "markov:0.5,0.2"
+    assert Config(**SMALL, availability="LABELS").availability == "labels"

@@ -486,6 +486,19 @@ def _privacy_spent(cfg: Config, rounds_done: int, sizes=None) -> dict:
         return {"error": f"the privacy accountant failed: {type(e).__name__}: {e}"}
 
 
+def _participation(slot: Slot, rounds_done: int):
+    """Each client's participation count over the run's rounds (``summary.json``'s ``participation``): the rounds
+    whose upload arrived (all its sampled rounds when neither availability nor dropout masks them), replayed from
+    the seed with the round's own sampler (:func:`fedalf_jax.sim.round.run_participation`); a failure of the
+    replay is recorded, never loses the summary."""
+    from ..sim.round import run_participation
+    try:
+        clients = (slot.rundir.clients() or {}).get("clients")
+        return [int(c) for c in run_participation(slot.cfg, rounds_done, clients)]
+    except Exception as e:  # noqa: BLE001 - the summary must be written
+        return {"error": f"the participation replay failed: {type(e).__name__}: {e}"}
+
+
 def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None, rebuilt: Optional[str] = None) -> None:
     """Close the slot's writers and, when its run has ended (all its rounds, or diverged), write its
     ``summary.json``. ``rebuilt``: the summary of a run that had ended without one (:func:`_rebuild_summary`,
@@ -519,6 +532,7 @@ def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None, rebuilt:
     spent = _privacy_spent(slot.cfg, int(last["round"]), sizes)
     if spent:
         summary["privacy_spent"] = spent
+    summary["participation"] = _participation(slot, int(last["round"]))
     try:
         slot.rundir.write_summary(summary)
     except WriteError as e:
