@@ -106,7 +106,8 @@ from pathlib import Path
 from ..config.config import ConfigError
 from ..runner.rundir import RunDir
 from ..sweeps.sweepdir import find_runs
-from .figures import Baseline, FrontierPoint, curves_figure, frontier_data, heatmap_data, write_figures
+from .figures import (Baseline, FrontierPoint, curves_figure, frontier_data, heatmap_data, participation_notes,
+                      write_figures)
 from .runs import (LABELS, NOT_NAMING, Cell, Run, base_label, build_cells, cell_guarantee, cell_spent, choose_eta,
                    STATUS_WORDS, eta_option, length_notes, load_runs, name_variants, naming_options, resolved_config,
                    run_guarantee, run_spent, swept_eta)
@@ -177,6 +178,7 @@ def report(paths: list[str], out: str, *, last: int = 5) -> dict:
     fig_dir = out_dir / "figures"
     _make_dir(fig_dir)
     figures = write_figures(cells, fig_dir)
+    messages += participation_notes(cells)
     counts = {"done": sum(r.status == "done" for r in runs)}
     counts.update({k: len(v) for k, v in skipped.items()})
     md, table = out_dir / "report.md", out_dir / "table.csv"

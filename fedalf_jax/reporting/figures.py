@@ -288,6 +288,48 @@ def frontier_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]
     return _save(fig, path)
 
 
+def participation_figure(cells: list[Cell], path: Path, title: str) -> Optional[Path]:
+    """Each client's final accuracy against its participation count (the rounds its upload arrived in), one
+    point per client and chosen run, one colour per variant; ``None`` when no chosen run recorded its
+    participation (runs written before summary.json recorded it: :func:`participation_notes` says so)."""
+    pts = [(c, [r for r in c.runs if r.participation is not None and r.clients is not None and len(r.clients)])
+           for c in cells]
+    pts = [(c, rs) for c, rs in pts if rs]
+    if not pts:
+        return None
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    styles = line_styles(len(pts))
+    for (c, rs), (color, _) in zip(pts, styles):
+        x = np.concatenate([r.participation for r in rs]).astype(np.float64)
+        y = np.concatenate([np.asarray(r.clients[-1], np.float64) for r in rs])
+        ax.scatter(x, y, s=12, alpha=0.7, color=color, label=c.variant)
+    ax.set(xlabel="participation (rounds the client's upload arrived in)", ylabel="final client accuracy",
+           title=f"accuracy vs participation ({title})")
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend_beside(fig, ax, "variant")
+    return _save(fig, path)
+
+
+def participation_notes(cells: list[Cell]) -> list[str]:
+    """One note per (model, dataset, partition) whose chosen runs include some without a recorded
+    participation: the accuracy-vs-participation figure leaves them out (or is not drawn)."""
+    notes = []
+    by_where = defaultdict(list)
+    for c in cells:
+        if c.eta is not None:
+            by_where[(c.model, c.dataset, c.partition)] += [r.name for r in c.runs if r.participation is None]
+    for (model, dataset, partition), names in by_where.items():
+        if names:
+            notes.append(f"{model}, {dataset} {partition}: {len(names)} run(s) without a recorded participation "
+                         f"(summary.json written before runs recorded it), left out of the accuracy-vs-participation "
+                         f"figure{' (not drawn)' if len(names) == sum(len(c.runs) for c in cells if c.eta is not None and (c.model, c.dataset, c.partition) == (model, dataset, partition)) else ''}: "
+                         f"{', '.join(sorted(names)[:5])}{' and more' if len(names) > 5 else ''}")
+    return notes
+
+
 def write_figures(cells: list[Cell], fig_dir: Path) -> dict[str, list[Path]]:
     """All figures, by model."""
     groups: dict[tuple, list[Cell]] = defaultdict(list)
@@ -301,6 +343,7 @@ def write_figures(cells: list[Cell], fig_dir: Path) -> dict[str, list[Path]]:
             made = [curves_figure(cs, fig_dir / f"{stem}_curves.png", title),
                     heatmap_figure(cs, fig_dir / f"{stem}_clients.png", title),
                     privacy_figure(cs, fig_dir / f"{stem}_privacy.png", title),
-                    frontier_figure(cs, fig_dir / f"{stem}_frontier.png", title)]
+                    frontier_figure(cs, fig_dir / f"{stem}_frontier.png", title),
+                    participation_figure(cs, fig_dir / f"{stem}_participation.png", title)]
         out[model] += [p for p in made if p is not None]
     return dict(out)

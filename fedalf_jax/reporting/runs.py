@@ -57,6 +57,7 @@ class Run:
     clients: Optional[np.ndarray] = None  # [evaluations, N] per-client accuracy
     guarantee: Optional[dict] = None      # private runs: {"guarantee": "holds" | "does not hold", "why"}
     spent: Optional[dict] = None          # summary.json's privacy_spent (runs from before it: None)
+    participation: Optional[np.ndarray] = None  # [N] summary.json's participation (arrived rounds; older runs: None)
     named_by: dict = dataclasses.field(default_factory=dict)  # the options naming the variant: {option: value}
     own: dict = dataclasses.field(default_factory=dict)  # the algorithm's own metrics (Algorithm.metrics) per evaluation
     personal: dict = dataclasses.field(default_factory=dict)  # each client's own model (PERSONAL_KEYS) per evaluation
@@ -310,6 +311,7 @@ def _read_run(rd: RunDir, status: str) -> Run:
     run.order = (_index(ALGORITHMS, cfg["algorithm"]), _index(_PRIVACY_ORDER, _privacy(cfg)))
     run.guarantee = run_guarantee(rd)
     run.spent = run_spent(rd)
+    run.participation = run_participation(rd, int(cfg["clients"]))
     if status == "done" and (rd.summary() or {}).get("evaluated") is False:
         run.status = "unevaluated"  # eval_every=never: its summary says so; rows of an earlier call are not its end
     elif status == "done" and not _load_curves(run, rd):
@@ -352,6 +354,17 @@ def run_guarantee(rd: RunDir) -> Optional[dict]:
         return None
     holds, why = privacy_guarantee(cfg)
     return {"guarantee": "holds" if holds else "does not hold", "why": why}
+
+
+def run_participation(rd: RunDir, clients: int) -> Optional[np.ndarray]:
+    """``summary.json``'s ``participation`` (each client's arrived rounds) when it is ``clients`` whole numbers;
+    ``None`` for a run written before runs recorded it (or a failed replay, recorded as an error)."""
+    summary = rd.summary()
+    rec = summary.get("participation") if isinstance(summary, dict) else None
+    if (not isinstance(rec, list) or len(rec) != clients
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in rec)):
+        return None
+    return np.asarray(rec, np.int64)
 
 
 def run_spent(rd: RunDir) -> Optional[dict]:

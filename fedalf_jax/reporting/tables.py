@@ -20,7 +20,9 @@ CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta"
                "last_k", "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std", "final_worst10_mean",
                "final_worst10_std", "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
                "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std", "guarantee",
-               "eps_spent", "eps_spent_delta")
+               "eps_spent", "eps_spent_delta", "final_best10_mean", "final_best10_std", "final_variance_mean",
+               "final_variance_std", "final_worst_client_mean", "final_worst_client_std")
+FAIR_KEYS = ("worst10", "best10", "variance", "worst_client")  # the fair-FL numbers of the final evaluation
 
 
 # ---- numbers ------------------------------------------------------------------------------------
@@ -49,6 +51,8 @@ def cell_row(cell: Cell, last: int) -> dict:
         row[f"{k}_mean"], row[f"{k}_std"] = mean_std(vals)
     worst = [float(r.worst10[-1]) for r in runs if r.worst10 is not None and np.isfinite(r.worst10[-1])]
     row["final_worst10_mean"], row["final_worst10_std"] = mean_std(worst) if len(worst) == len(runs) else (None, None)
+    for k, vals in fair_numbers(runs).items():  # best 10%, variance and the worst client (worst 10%: above)
+        row[f"final_{k}_mean"], row[f"final_{k}_std"] = mean_std(vals) if vals is not None else (None, None)
     row["guarantee"] = cell_guarantee(cell)
     row["eps_spent"], row["eps_spent_delta"] = cell_spent(cell)
     names = list(dict.fromkeys(k for r in runs for k in r.own))
@@ -62,6 +66,23 @@ def cell_row(cell: Cell, last: int) -> dict:
         row["personal_lastK"] = {k: mean_std([_last_k(r, r.personal[k], last).mean() for r in runs])
                                  for k in ("personal_acc", "personal_angle_deg")}
     return row
+
+
+def fair_numbers(runs: list[Run]) -> dict:
+    """Per run, from its final evaluation's client accuracies ``a`` (N of them): the mean of the best
+    ``ceil(N / 10)`` (``best10``, the rule of ``worst10_acc``), the variance across clients (``variance``,
+    ``mean((a − mean a)²)``) and the worst client's accuracy (``worst_client``, ``min a``); ``None`` for a name
+    when a run has no finite client accuracies."""
+    out = {"best10": [], "variance": [], "worst_client": []}
+    for r in runs:
+        a = None if r.clients is None or not len(r.clients) else np.asarray(r.clients[-1], np.float64)
+        if a is None or not a.size or not np.all(np.isfinite(a)):
+            return dict.fromkeys(out)
+        k = max(1, int(np.ceil(0.1 * a.size)))
+        out["best10"].append(float(np.sort(a)[-k:].mean()))
+        out["variance"].append(float(a.var()))
+        out["worst_client"].append(float(a.min()))
+    return out
 
 
 def _last_k(run: Run, values: np.ndarray, last: int) -> np.ndarray:
@@ -188,6 +209,21 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
               "mean accuracy of the worst-scoring 10% of clients (`worst10_acc`) ± std over seeds, at the chosen η",
               ""]
     lines += _md_table(header, body(worst))
+
+    def fair(c: Cell) -> str:
+        row = rows.get(id(c), {})
+        if c.eta is None or row.get("final_best10_mean") is None:
+            return "—"
+        parts = [f"{name} {_pm(row[f'final_{k}_mean'], row[f'final_{k}_std'], 4 if k == 'variance' else 3)}"
+                 for k, name in (("worst10", "worst 10%"), ("best10", "best 10%"), ("variance", "variance"),
+                                 ("worst_client", "worst client")) if row.get(f"final_{k}_mean") is not None]
+        return "<br>".join(parts)
+
+    lines += ["", "### Fairness across clients, final evaluation", "",
+              "the global model's client accuracies at the last evaluation: mean of the worst and of the best 10% "
+              "of clients, their variance across clients and the worst client's accuracy, each ± std over seeds, "
+              "at the chosen η", ""]
+    lines += _md_table(header, body(fair))
     lines += ["", f"### Mean of the last {last} evaluations of each run (after round 0)", ""]
     lines += _md_table(header, body(lambda c: _headline(c, rows[id(c)], "lastK") if c.eta is not None else "—"))
     by_server = sorted({c.variant for c in cells if c.eta_option == "server_lr" and any(
@@ -204,6 +240,8 @@ def _model_section(model: str, cells: list[Cell], rows: dict, last: int, figures
         lines += ["", "### Figures", ""]
         if any(f.stem.endswith("_frontier") for f in figures):
             lines += [FRONTIER_NOTE, ""]
+        if any(f.stem.endswith("_participation") for f in figures):
+            lines += [PARTICIPATION_NOTE, ""]
         lines += [f"![{f.stem}]({f.relative_to(out).as_posix()})" for f in figures]
     return lines + [""]
 
@@ -213,6 +251,11 @@ FRONTIER_NOTE = ("The privacy–utility frontier (`*_frontier.png`): x = the run
                  "(right), mean ± std over seeds at each cell's chosen η; one line per private variant (the ε spent "
                  "over the run, when accounted, in its legend); dashed: FedALF without privacy, dotted: FedAvg "
                  "without privacy.")
+
+
+PARTICIPATION_NOTE = ("Accuracy against participation (`*_participation.png`): one point per client and run (the "
+                      "chosen η's seeds), its final accuracy against the rounds its upload arrived in (summary.json's "
+                      "`participation`); one colour per variant.")
 
 
 def _guarantee_notes(cells: list[Cell]) -> list[str]:
