@@ -1345,4 +1345,38 @@ mutate fedalf_jax/config/config.py '    if (av != ("always",) or p > 0) and (cfg
   '    if False:' "fed58: availability/dropout accepted under a privacy mechanism" "$F -k bad_input"
 mutate fedalf_jax/plugins/registry.py "with warnings.catch_warnings(), unwarned():" "with warnings.catch_warnings():" \
   "client56: the digest's silent build uses up the old fields' one line" "tests/test_local_training.py -k cli_gives"
+# issue 58's second slice (labels "fed58b"): markov, trace and labels availability; participation and the report
+R=tests/test_report_fairness.py
+mutate fedalf_jax/sim/federation.py "        fresh = w < jnp.where(first, pi_on, q)" "        fresh = w < q" \
+  "fed58b: markov's round 0 drawn from the refresh law, not the stationary one" "$F -k markov"
+mutate fedalf_jax/sim/federation.py "            fresh = fresh ^ ((t - s) % 2 == 1)" "            fresh = fresh" \
+  "fed58b: an anticorrelated markov chain (P_ON + P_OFF > 1) never flips" "$F -k markov"
+mutate fedalf_jax/sim/federation.py "        return markov_on(av[1], av[2], seed_key, t, n)" "        return markov_on(av[1], av[2], key, t, n)" \
+  "fed58b: markov chains drawn from the round's key, not the seed's" "$F -k markov"
+mutate fedalf_jax/sim/federation.py "        return jax.lax.dynamic_index_in_dim(arr, jnp.asarray(t, jnp.int32), axis=1, keepdims=False)" \
+  "        return jax.lax.dynamic_index_in_dim(arr, jnp.asarray(t, jnp.int32) + 1, axis=1, keepdims=False)" \
+  "fed58b: a trace replayed one round late" "$F -k trace"
+mutate fedalf_jax/sim/federation.py "    if rounds is not None and arr.shape[1] < int(rounds):" "    if False:" \
+  "fed58b: a trace shorter than the run accepted" "$F -k bad_trace"
+mutate fedalf_jax/config/config.py '                d["availability_digest"] = trace_digest(self.availability[len("trace:"):])' \
+  '                d["availability_digest"] = "same"' "fed58b: a changed trace file resumes as the same run" "$F -k identity"
+mutate fedalf_jax/sim/federation.py "        p = classes.astype(jnp.float32) / jnp.maximum(jnp.max(classes), 1).astype(jnp.float32)" \
+  "        p = classes.astype(jnp.float32) / jnp.maximum(jnp.sum(classes), 1).astype(jnp.float32)" \
+  "fed58b: labels availability p_i = k_i / sum k, not k_i / max k" "$F -k labels"
+mutate fedalf_jax/sim/federation.py "        mask.astype(jnp.int32))" "        jnp.ones_like(mask, jnp.int32))" \
+  "fed58b: a client's padded rows count as classes it holds" "$F -k classes_held"
+mutate fedalf_jax/sim/round.py "        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, cfg.availability, cfg.dropout, tn, cl)" \
+  "        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, 'always', cfg.dropout, tn, cl)" \
+  "fed58b: summary.json's participation replays uniform availability" "$F -k trace_replay"
+mutate fedalf_jax/api.py "            tn, cl = client_facts(clients) if clients else (None, None)" "            tn, cl = None, None" \
+  "fed58b: Result's replay of size/labels ignores the run folder's clients.json" "$F -k run_folder"
+mutate fedalf_jax/reporting/tables.py "        out[\"variance\"].append(float(a.var()))" "        out[\"variance\"].append(float(a.std()))" \
+  "fed58b: the report's variance across clients is their std" "$R"
+mutate fedalf_jax/reporting/tables.py "        out[\"best10\"].append(float(np.sort(a)[-k:].mean()))" \
+  "        out[\"best10\"].append(float(np.sort(a)[:k].mean()))" "fed58b: the report's best 10% is the worst 10%" "$R"
+mutate fedalf_jax/reporting/figures.py "        x = np.concatenate([r.participation for r in rs]).astype(np.float64)" \
+  "        x = np.concatenate([np.sort(r.participation) for r in rs]).astype(np.float64)" \
+  "fed58b: the participation figure pairs clients' accuracies with others' counts" "$R"
+mutate fedalf_jax/reporting/runs.py "    return np.asarray(rec, np.int64)" "    return None" \
+  "fed58b: the report never reads summary.json's participation" "$R"
 exit $status
