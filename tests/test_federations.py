@@ -396,3 +396,31 @@ def test_bad_new_modes_are_one_line_naming_the_fix(kw, says):
 def test_new_modes_are_recorded_canonically():
     assert Config(**SMALL, availability=" Markov:0.50,0.2").availability == "markov:0.5,0.2"
     assert Config(**SMALL, availability="LABELS").availability == "labels"
+
+
+def test_csv_trace_of_intervals_is_replayed(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("client,start,end\n0,0,2\n3,1,3\n5,0,1\n7,1,2\n0,3,4\n\n")
+    want = np.zeros((12, 5), bool)  # by hand: rounds start <= t < end; round 4 (past every interval): nobody
+    want[0, 0:2] = want[3, 1:3] = want[5, 0] = want[7, 1] = want[0, 3] = True
+    r = fj.run(fj.Config(**{**SMALL, "rounds": 5}, availability=f"trace:{path}", out=str(tmp_path / "r")),
+               progress=False)
+    assert r.metrics["available"].dropna().tolist() == want.sum(axis=0).astype(float).tolist()
+    sel = r.sampled_clients
+    for t in range(5):
+        assert sorted(sel[t][sel[t] >= 0].tolist()) == np.flatnonzero(want[:, t]).tolist()  # fewer than m: all
+    assert r.summary["participation"] == want.sum(axis=1).tolist()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("client,start,end\n12,0,2\n", "names client 12, not one of the run's clients 0 .. 11"),
+    ("client,start,end\n1,2,2\n", "is not 0 ≤ start < end"),
+    ("client,start,end\n1,x,2\n", "is not three whole numbers"),
+    ("id,from,to\n1,0,2\n", "header client,start,end"),
+])
+def test_bad_csv_trace_is_one_line_naming_the_fix(tmp_path, text, says):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        Config(**SMALL, availability=f"trace:{path}")
+    assert says in str(e.value) and "\n" not in str(e.value)

@@ -1358,6 +1358,10 @@ mutate fedalf_jax/sim/federation.py "        return jax.lax.dynamic_index_in_dim
   "fed58b: a trace replayed one round late" "$F -k trace"
 mutate fedalf_jax/sim/federation.py "    if rounds is not None and arr.shape[1] < int(rounds):" "    if False:" \
   "fed58b: a trace shorter than the run accepted" "$F -k bad_trace"
+mutate fedalf_jax/sim/federation.py "        arr[i, a:b] = True" "        arr[i, a:b + 1] = True" \
+  "fed58b: a CSV trace's interval includes its end round" "$F -k csv"
+mutate fedalf_jax/sim/federation.py "        if not 0 <= i < num_clients:" "        if not 0 <= i:" \
+  "fed58b: a CSV trace naming an unknown client accepted" "$F -k bad_csv"
 mutate fedalf_jax/config/config.py '                d["availability_digest"] = trace_digest(self.availability[len("trace:"):])' \
   '                d["availability_digest"] = "same"' "fed58b: a changed trace file resumes as the same run" "$F -k identity"
 mutate fedalf_jax/sim/federation.py "        p = classes.astype(jnp.float32) / jnp.maximum(jnp.max(classes), 1).astype(jnp.float32)" \

@@ -99,7 +99,7 @@ def trace_digest(path: str) -> str:
             return hashlib.sha256(f.read()).hexdigest()[:16]
     except OSError as e:
         raise ValueError(f"availability trace:{path}: cannot read the file ({e.strerror or e}); give an existing "
-                         f".npz file, or {TRACE_FIX}") from None
+                         f".npz (or .csv of intervals) file, or {TRACE_FIX}") from None
 
 
 def load_trace(path: str, num_clients: int, rounds: int | None = None) -> np.ndarray:
@@ -110,13 +110,54 @@ def load_trace(path: str, num_clients: int, rounds: int | None = None) -> np.nda
         stamp = (st.st_mtime_ns, st.st_size)
     except OSError:
         stamp = None  # _trace_file says why it cannot be read
-    arr = _trace_file(path, stamp)
     where = f"availability trace:{path}"
+    if path.lower().endswith(".csv"):  # intervals: every round outside them unavailable, however many
+        return _csv_trace(path, stamp, int(num_clients))
+    arr = _trace_file(path, stamp)
     if arr.ndim != 2 or arr.shape[0] != int(num_clients):
         raise ValueError(f"{where}: 'avail' has shape {list(arr.shape)}, not [clients={num_clients}, T]; {TRACE_FIX}")
     if rounds is not None and arr.shape[1] < int(rounds):
         raise ValueError(f"{where}: 'avail' covers {arr.shape[1]} rounds, fewer than the run's {rounds}; extend the "
                          f"trace to {rounds} rounds or lower --rounds")
+    return arr
+
+
+CSV_FIX = ("write one row per interval, client,start,end (a header line client,start,end first), client in 0 .. "
+           "clients − 1 and 0 ≤ start < end whole rounds: the client is available in rounds start ≤ t < end")
+
+
+@functools.lru_cache(maxsize=8)
+def _csv_trace(path: str, stamp, num_clients: int) -> np.ndarray:
+    """A CSV trace of intervals as an ``[N, max end + 1]`` bool array, its last column all off (the round reads
+    a round past the last interval from it)."""
+    import csv
+    where = f"availability trace:{path}"
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{where}: cannot read the file ({getattr(e, 'strerror', None) or e}); {CSV_FIX}") from None
+    if not rows or [c.strip().lower() for c in rows[0]] != ["client", "start", "end"]:
+        raise ValueError(f"{where}: the first line is not the header client,start,end; {CSV_FIX}")
+    spans = []
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):
+            continue
+        try:
+            i, a, b = (int(c) for c in row)
+        except ValueError:
+            raise ValueError(f"{where}: line {line} ({','.join(row)}) is not three whole numbers client,start,end; "
+                             f"{CSV_FIX}") from None
+        if not 0 <= i < num_clients:
+            raise ValueError(f"{where}: line {line} names client {i}, not one of the run's clients 0 .. "
+                             f"{num_clients - 1}; fix the id or set --clients")
+        if not 0 <= a < b:
+            raise ValueError(f"{where}: line {line}: the interval {a} .. {b} is not 0 ≤ start < end; {CSV_FIX}")
+        spans.append((i, a, b))
+    arr = np.zeros((num_clients, max((b for _, _, b in spans), default=0) + 1), bool)
+    for i, a, b in spans:
+        arr[i, a:b] = True
+    arr.setflags(write=False)
     return arr
 
 
@@ -208,7 +249,7 @@ def available(av: tuple, run_key, t, key, train_n, classes=None):
         return jnp.ones((n,), bool)
     if kind == "markov":
         return markov_on(av[1], av[2], seed_key, t, n)
-    if kind == "trace":  # the file's column t (a constant of the compiled program)
+    if kind == "trace":  # the file's column t (a constant of the compiled program; past its end: the last)
         arr = jnp.asarray(load_trace(av[1], n))
         return jax.lax.dynamic_index_in_dim(arr, jnp.asarray(t, jnp.int32), axis=1, keepdims=False)
     if kind == "cyclic":
