@@ -245,17 +245,27 @@ def federated_sampled(num_clients: int, clients_per_round: int, seed: int, round
             raise ValueError(f"availability {need}: replaying its sampling needs each client's {what}; pass "
                              f"{what.split('(')[1][:-1]}= (a run folder's clients.json has it)")
     train_n = np.ones((n,), np.int32) if train_n is None else train_n
-    spec = types.SimpleNamespace(num_clients=n, clients_per_round=m, availability=av, dropout=float(dropout))
     run_key = seed_keys(int(seed))[1]
     tn = jnp.asarray(train_n, jnp.int32)
     cl = None if classes is None else jnp.asarray(classes, jnp.int32)
+    replay = (_federated_replay.__wrapped__ if av[0] == "trace" else _federated_replay)(n, m, av, float(dropout))
+    padded = max(16, 1 << (max(int(rounds), 1) - 1).bit_length())  # a few shapes, not one per --rounds
+    return np.asarray(replay(run_key, jnp.arange(padded, dtype=jnp.int32), tn, cl))[:int(rounds)]
 
-    def one(t):
+
+@functools.lru_cache(maxsize=64)
+def _federated_replay(n: int, m: int, av: tuple, dropout: float):
+    """The compiled replay of a federated run's sampling, one per (N, m, availability, dropout) in a process (the
+    seed's key and the rounds are arguments: a run's end and a report replay without compiling again); a trace's
+    is built afresh (its file may change)."""
+    spec = types.SimpleNamespace(num_clients=n, clients_per_round=m, availability=av, dropout=dropout)
+
+    def one(run_key, t, tn, cl):
         state = RunState(None, None, None, t, run_key)
         k_sel, _ = round_keys(state, m)
         sel, fed = federation_masks(spec, state, k_sel, tn, cl)
         return jnp.where(fed["arrived"], sel, -1)
-    return np.asarray(jax.jit(jax.vmap(one))(jnp.arange(int(rounds), dtype=jnp.int32)))
+    return jax.jit(jax.vmap(one, in_axes=(None, 0, None, None)))
 
 
 def client_facts(clients: list) -> tuple:
