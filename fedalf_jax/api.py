@@ -88,14 +88,16 @@ class Result:
             rounds = int(self.metrics["round"].max()) if len(self.metrics) and "round" in self.metrics else \
                 self.config.rounds
         cfg = self.config
-        if cfg.availability != "always" or cfg.dropout > 0:  # docs/federations.md: -1 where no upload arrived
+        from .sim.round import straggler_replay
+        late = straggler_replay(cfg)
+        if cfg.availability != "always" or cfg.dropout > 0 or late is not None:  # -1 where no upload arrived
             from .sim.round import federated_sampled
             from .sim.round import client_facts
             clients = self._clients_json()
             tn, cl = client_facts(clients) if clients else (None, None)
             try:
                 return federated_sampled(cfg.clients, cfg.clients_per_round, cfg.seed, rounds, cfg.availability,
-                                         cfg.dropout, tn, cl)
+                                         cfg.dropout, tn, cl, late)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         return sampled_clients(self.config.clients, self.config.clients_per_round, self.config.seed, rounds)

@@ -86,6 +86,12 @@ _HELP = {
                     "slots left over",
     "dropout": "probability P in [0, 1] that a sampled client's upload is lost after training; the server "
                "averages what arrived (weights renormalised); a round where nothing arrives keeps the model",
+    "stragglers": "per-client speeds (docs/federations.md): none, or lognormal:SIGMA[,JITTER] (speed exp(SIGMA z_i), "
+                  "drawn once per seed, times exp(JITTER z) each round); a client of speed v completes min(K_i, "
+                  "floor(v D)) of its K_i local steps by the deadline D",
+    "deadline": "the round's deadline D in local steps of a speed-1 client (with --stragglers)",
+    "straggler_policy": "what a client that misses the deadline sends: partial (its completed steps' update; "
+                        "facts.steps counts them) or drop (nothing: its upload is lost)",
     "local_steps": "K local minibatch steps per round instead of epochs (exclusive with --local-epochs): each of B "
                    "examples, cycling through reshuffled passes over the client's data (fewer than B examples: all "
                    "of them every step) (default: none: --local-epochs)",
@@ -217,7 +223,7 @@ FLAG_GROUPS = {
     "data and partition": ("dataset", "data_dir", "data_source", "synthetic_like", "synthetic_train",
                            "synthetic_test", "partition", "assign", "alpha"),
     "federated training": ("algorithm", "alg_args", "rounds", "clients", "clients_per_round", "local_epochs", "local_steps",
-                           "availability", "dropout", "batch_size", "lr",
+                           "availability", "dropout", "stragglers", "deadline", "straggler_policy", "batch_size", "lr",
                            "lr_decay", "server_lr", "server_lr_decay", "local_optimizer", "seed"),
     "the algorithms' options": ("mu", "rho", "q", "client_grad", "history", "history_tau", "layers", "merge_tol",
                                 "qp_method", "server_target", "dual_from", "fair_norm", "hp"),

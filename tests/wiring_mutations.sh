@@ -753,7 +753,7 @@ mutate fedalf_jax/sim/client.py '        return jax.tree_util.tree_map(lambda a,
   "client48: a compiled step past the client's examples changes the carry" "$CP -k context"
 mutate fedalf_jax/sim/program.py ".at[y_pool[idx]].add(real)" ".at[y_pool[idx]].add(1)" \
   "client48: label counts count the padded rows" "$CP -k context"
-mutate fedalf_jax/sim/round.py "    per_client = (states, idx, n, ckeys, own, sel)" "    per_client = (states, idx, n, ckeys, own, jnp.arange(m))" \
+mutate fedalf_jax/sim/round.py "    per_client = (states, idx, n, ckeys, own, sel, budget)" "    per_client = (states, idx, n, ckeys, own, jnp.arange(m), budget)" \
   "client48: a client's index is its position in the round, not its id" "$CP -k context"
 mutate fedalf_jax/sim/program.py "    lr_t = hp.lr * hp.lr_decay ** t" "    lr_t = hp.lr" \
   "client48: ctx.lr ignores --lr-decay" "$CP -k fedlc"
@@ -933,13 +933,13 @@ LS=tests/test_local_steps_and_average.py
 mutate fedalf_jax/sim/client.py '    per = jnp.maximum(jnp.asarray(n, jnp.int32) // batch_size, 1)' \
   '    per = jnp.maximum((jnp.asarray(n, jnp.int32) + batch_size - 1) // batch_size, 1)' \
   "steps48: a pass's partial last batch is a step (not B examples a step)" "$LS -k hand_computation"
-mutate fedalf_jax/sim/program.py '                      steps=spec.local_steps)' '                      steps=None)' \
+mutate fedalf_jax/sim/program.py '                      steps=spec.local_steps, budget=budget)' '                      steps=None, budget=budget)' \
   "steps48: the default client trains epochs whatever --local-steps" "$LS -k facts"
-mutate fedalf_jax/sim/program.py 'local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),' 'local_steps(n, spec.epochs, spec.batch_size),' \
+mutate fedalf_jax/sim/program.py '    steps = local_steps(n, spec.epochs, spec.batch_size, spec.local_steps)' '    steps = local_steps(n, spec.epochs, spec.batch_size)' \
   "steps48: the default client's facts.steps counts epochs' steps" "$LS -k facts"
-mutate fedalf_jax/sim/program.py 'local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),' 'local_steps(n, spec.epochs, spec.batch_size),' \
+mutate fedalf_jax/sim/program.py '    steps = local_steps(n, spec.epochs, spec.batch_size, spec.local_steps)' '    steps = local_steps(n, spec.epochs, spec.batch_size)' \
   "steps48: a client program's ctx.facts.steps counts epochs' steps" "$LS -k facts"
-mutate fedalf_jax/sim/program.py '                      steps=spec.local_steps)' '                      steps=None)' \
+mutate fedalf_jax/sim/program.py '                      steps=spec.local_steps, budget=budget)' '                      steps=None, budget=budget)' \
   "steps48: a client program's step runs epochs whatever --local-steps" "$LS -k facts"
 mutate fedalf_jax/runner/build.py 'local_steps=cfg.local_steps,' 'local_steps=None,' \
   "steps48: the run's spec ignores --local-steps" "$LS -k facts"
@@ -1095,7 +1095,7 @@ mutate fedalf_jax/sim/contract.py "        if k not in alg.metrics:" "        if
 DP=tests/test_default_program.py
 mutate fedalf_jax/sim/program.py '                        label_counts(y, idx, n, spec.model.num_classes),' '                        None,' \
   "default48: the default client's facts have no label counts" "$DP -k facts"
-mutate fedalf_jax/sim/round.py "    per_client = (states, idx, n, ckeys, own, sel)" "    per_client = (states, idx, n, ckeys, own, jnp.arange(m))" \
+mutate fedalf_jax/sim/round.py "    per_client = (states, idx, n, ckeys, own, sel, budget)" "    per_client = (states, idx, n, ckeys, own, jnp.arange(m), budget)" \
   "default48: the default client's facts.index is its position in the round" "$DP -k facts"
 mutate fedalf_jax/sim/default_client.py '    return ClientProgram(init, step, final)' '    return ClientProgram(init, None, final)' \
   "default48: the default client takes no step" "$DP -k is_a_client_program"
@@ -1369,8 +1369,8 @@ mutate fedalf_jax/sim/federation.py "        p = classes.astype(jnp.float32) / j
   "fed58b: labels availability p_i = k_i / sum k, not k_i / max k" "$F -k labels"
 mutate fedalf_jax/sim/federation.py "        mask.astype(jnp.int32))" "        jnp.ones_like(mask, jnp.int32))" \
   "fed58b: a client's padded rows count as classes it holds" "$F -k classes_held"
-mutate fedalf_jax/sim/round.py "        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, cfg.availability, cfg.dropout, tn, cl)" \
-  "        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, 'always', cfg.dropout, tn, cl)" \
+mutate fedalf_jax/sim/round.py "        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, cfg.availability, cfg.dropout, tn, cl," \
+  "        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, 'always', cfg.dropout, tn, cl," \
   "fed58b: summary.json's participation replays uniform availability" "$F -k trace_replay"
 mutate fedalf_jax/api.py "            tn, cl = client_facts(clients) if clients else (None, None)" "            tn, cl = None, None" \
   "fed58b: Result's replay of size/labels ignores the run folder's clients.json" "$F -k run_folder"
@@ -1383,4 +1383,20 @@ mutate fedalf_jax/reporting/figures.py "        x = np.concatenate([r.participat
   "fed58b: the participation figure pairs clients' accuracies with others' counts" "$R"
 mutate fedalf_jax/reporting/runs.py "    return np.asarray(rec, np.int64)" "    return None" \
   "fed58b: the report never reads summary.json's participation" "$R"
+# stragglers (docs/federations.md): tests/test_stragglers.py
+ST=tests/test_stragglers.py
+mutate fedalf_jax/sim/client.py "                mask = mask & (e * ((n + batch_size - 1) // batch_size) + j < budget)" \
+  "                pass" "strag58: a late client's epochs run past the deadline" "$ST -k facts"
+mutate fedalf_jax/sim/client.py "                mask = mask & (k < budget)" "                pass" \
+  "strag58: a late client's --local-steps run past the deadline" "$ST -k fewer_steps"
+mutate fedalf_jax/sim/program.py "steps if budget is None else jnp.minimum(steps, budget)," "steps," \
+  "strag58: facts.steps counts the steps the client did not take" "$ST -k facts"
+mutate fedalf_jax/sim/round.py '        return None, {**fed, "arrived": fed["arrived"] & ~missed}, late' '        return None, fed, late' \
+  "strag58: a dropped straggler's upload arrives" "$ST -k dropped"
+mutate fedalf_jax/sim/round.py '    late = {"late": jnp.sum(missed).astype(jnp.float32),' '    late = {"late": jnp.sum(valid).astype(jnp.float32),' \
+  "strag58: late counts every sampled client" "$ST -k facts"
+mutate fedalf_jax/sim/stragglers.py "    if st[2]:" "    if False:" \
+  "strag58: the per-round jitter ignored" "$ST -k law"
+mutate fedalf_jax/sim/round.py "        if late is not None:  # a client past the deadline sent nothing" "        if False:  # a client past the deadline sent nothing" \
+  "strag58: the participation replay counts dropped stragglers" "$ST -k dropped"
 exit $status

@@ -88,6 +88,11 @@ class Config:
     # size, cyclic:PERIOD) and the probability that a sampled client's upload is lost
     availability: str = "always"
     dropout: float = 0.0
+    # stragglers (docs/federations.md): per-client speeds, the round's deadline in local steps of a speed-1
+    # client, and what happens to a client that misses it (its partial work kept, or its upload lost)
+    stragglers: str = "none"
+    deadline: Optional[float] = None
+    straggler_policy: str = "partial"
     batch_size: int = 50
     lr: float = 0.05
     lr_decay: float = 0.999
@@ -480,6 +485,15 @@ def _check_federation(cfg: "Config") -> None:
             load_trace(av[1], cfg.clients, cfg.rounds if isinstance(cfg.rounds, int) else None)
         except (ValueError, OSError) as e:
             raise ConfigError(str(e)) from None
+    drop = _check_stragglers(cfg)
+    if drop and (cfg.ldp != "none" or cfg.dp != "none"):
+        raise ConfigError(f"stragglers with straggler_policy drop under a privacy mechanism: a late client's lost "
+                          f"upload makes the sampling non-uniform, which its accounting does not cover (not built "
+                          f"yet); use --straggler-policy partial (every sampled client uploads), or no --ldp/--dp")
+    if drop and cfg.algorithm in BUILTINS and not declared(cfg.algorithm).weighted_by_n:
+        raise ConfigError(f"stragglers with straggler_policy drop and algorithm {cfg.algorithm!r}: its server does not "
+                          f"weigh the clients by ServerIn.weights, so a dropped client would count as a zero update "
+                          f"(not built yet); use --straggler-policy partial, or fedavg or fedprox")
     if (av != ("always",) or p > 0) and (cfg.ldp != "none" or cfg.dp != "none"):
         raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with a privacy mechanism: its accounting "
                           f"assumes uniform sampling at m/N and every upload arriving, which these do not give "
@@ -488,6 +502,28 @@ def _check_federation(cfg: "Config") -> None:
         raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with algorithm {cfg.algorithm!r}: its server "
                           f"does not weigh the clients by ServerIn.weights, so a missing client would count as a zero "
                           f"update (not built yet); use fedavg or fedprox, or --availability always --dropout 0")
+
+
+def _check_stragglers(cfg: "Config") -> bool:
+    """stragglers, deadline and straggler_policy (docs/federations.md): parseable, a deadline exactly when there
+    are stragglers; recorded in one spelling. Returns whether late clients' uploads are dropped."""
+    from ..sim.stragglers import canonical, check_deadline, check_policy, parse_stragglers
+    try:
+        st = parse_stragglers(cfg.stragglers)
+        policy = check_policy(cfg.straggler_policy)
+        if st != ("none",):
+            if cfg.deadline is None:
+                raise ValueError(f"stragglers {cfg.stragglers} needs a deadline: pass --deadline D, the local steps "
+                                 f"a speed-1 client completes in a round (e.g. the steps of a full local epoch)")
+            object.__setattr__(cfg, "deadline", check_deadline(cfg.deadline))
+        elif cfg.deadline is not None or policy != "partial":
+            given = "deadline" if cfg.deadline is not None else "straggler_policy"
+            raise ValueError(f"{given} has no meaning without stragglers; drop it or pass --stragglers "
+                             f"lognormal:SIGMA[,JITTER]")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    object.__setattr__(cfg, "stragglers", canonical(st))
+    return st != ("none",) and policy == "drop"
 
 
 def _taking_derived_keys(init):

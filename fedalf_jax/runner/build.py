@@ -259,6 +259,7 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
     """The round's static part: model, algorithm, shapes, privacy choice, client mapping, and the
     number of devices the sampled clients are sharded over."""
     from ..sim.federation import parse_availability
+    from ..sim.stragglers import parse_stragglers
     model = build_model(cfg, pool)
     params_shape = jax.eval_shape(model.init, jax.random.PRNGKey(0))["params"]
     layer_of = layer_ids(params_shape, cfg.layers)
@@ -266,6 +267,8 @@ def make_spec(cfg: Config, pool: Pool, *, client_devices: int = 1) -> RoundSpec:
                      clients_per_round=cfg.clients_per_round, epochs=cfg.local_epochs, local_steps=cfg.local_steps,
                      eval_average=cfg.eval_average, rounds=cfg.rounds,
                      availability=parse_availability(cfg.availability), dropout=float(cfg.dropout),
+                     stragglers=parse_stragglers(cfg.stragglers), deadline=float(cfg.deadline or 0.0),
+                     straggler_policy=cfg.straggler_policy,
                      batch_size=cfg.batch_size, layer_of=layer_of, ldp=cfg.ldp, ldp_on=cfg.resolved_ldp_on, dp=cfg.dp,
                      neighbouring=cfg.neighbouring, client_devices=client_devices,
                      central_sensitivity=central_sensitivity(cfg),

@@ -47,7 +47,9 @@ def extra_columns(alg, cfg=None) -> list[str]:
     """The columns ``metrics.csv`` has beyond fedalf's own for algorithm ``alg``: :data:`PERSONAL_KEYS` when it
     has a ``personal_model``, then its own metrics (``Algorithm.metrics``), then the averaged iterate's
     (:func:`average_columns`, with ``cfg.eval_average``)."""
-    avg = [*(FEDERATION_KEYS if cfg is not None and federated(cfg) else ()), *average_columns(cfg)]  # then θ̄'s
+    avg = [*(FEDERATION_KEYS if cfg is not None and federated(cfg) else ()),
+           *(STRAGGLER_KEYS if cfg is not None and getattr(cfg, "stragglers", "none") != "none" else ()),
+           *average_columns(cfg)]  # then θ̄'s
     clash = [k for k in alg.metrics if k in PERSONAL_KEYS or k in avg]
     if clash:
         raise ConfigError(f"the algorithm's metric name {clash[0]!r} is one of fedalf's personalised-model or "
@@ -56,11 +58,13 @@ def extra_columns(alg, cfg=None) -> list[str]:
 
 
 FEDERATION_KEYS = ("available", "arrived")  # a federated round's counts (docs/federations.md)
+STRAGGLER_KEYS = ("late", "work")  # clients past the deadline, the share of the local steps done
 
 
 def federated(cfg) -> bool:
-    """The run masks its rounds' slots (availability other than always, or dropout > 0)."""
-    return getattr(cfg, "availability", "always") != "always" or getattr(cfg, "dropout", 0.0) > 0
+    """The run masks its rounds' slots (availability other than always, dropout > 0, or stragglers dropped)."""
+    return (getattr(cfg, "availability", "always") != "always" or getattr(cfg, "dropout", 0.0) > 0
+            or (getattr(cfg, "stragglers", "none") != "none" and getattr(cfg, "straggler_policy", "") == "drop"))
 
 
 def metric_columns(num_clients: int, extra: Iterable[str] = ()) -> list[str]:

@@ -215,13 +215,16 @@ def sgd_step(objective, lr, optimizer=None):
     return step
 
 
-def scan_steps(body, carry, idx, n, key, *, epochs: int, batch_size: int, steps: Optional[int] = None):
+def scan_steps(body, carry, idx, n, key, *, epochs: int, batch_size: int, steps: Optional[int] = None,
+               budget=None):
     """A client's local steps, the one loop that the default client's SGD and a client program's steps share:
     ``body(carry, rows, mask, rng, step) -> carry`` once per minibatch step (``rows``: the step's ``B`` indices
     into the pool, ``mask`` the real ones, ``rng`` its dropout key, ``step`` its index over the round), as one
     ``lax.scan`` over ``epochs`` epochs of ``lax.scan`` over their ``⌈L / B⌉`` steps (:func:`epoch_schedule`);
     with ``steps`` (``--local-steps K``), one ``lax.scan`` of ``K`` steps of :func:`step_batches`. A step with
-    no real example leaves the carry unchanged. Returns the final carry."""
+    no real example leaves the carry unchanged. ``budget`` (int32, or ``None``: no limit): only the client's first
+    ``budget`` real steps run (a straggler's work before the deadline); the later ones are masked as a padded step
+    is. Returns the final carry."""
     length = idx.shape[0]
 
     def masked(carry, pos, mask, rng, k):
@@ -234,6 +237,8 @@ def scan_steps(body, carry, idx, n, key, *, epochs: int, batch_size: int, steps:
 
         def k_step(carry, k):
             pos, mask, rng = batch(k)
+            if budget is not None:
+                mask = mask & (k < budget)
             return masked(carry, pos, mask, rng, k), None
 
         carry, _ = jax.lax.scan(k_step, carry, jnp.arange(steps))
@@ -247,6 +252,8 @@ def scan_steps(body, carry, idx, n, key, *, epochs: int, batch_size: int, steps:
 
         def step(carry, j):
             pos, mask = epoch_batch(order, n, j, batch_size)
+            if budget is not None:  # the real steps before this one: e whole epochs of ⌈n / B⌉, then j
+                mask = mask & (e * ((n + batch_size - 1) // batch_size) + j < budget)
             return masked(carry, pos, mask, jax.random.fold_in(dkey, j), e * per_epoch + j), None
 
         carry, _ = jax.lax.scan(step, carry, jnp.arange(per_epoch))

@@ -235,14 +235,16 @@ def upload_noise(upload, w_tilde, var):
                for a, v in zip(jax.tree_util.tree_leaves(tangent), jax.tree_util.tree_leaves(var)))
 
 
-def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast, index, program, own=None):
+def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast, index, program, own=None,
+                   budget=None):
     """One client of round ``t`` (unbatched; the round vmaps or maps it), run as the client program that
     ``program(ctx)`` gives: the algorithm's :class:`ClientProgram`, or the default client built from its
     optional fields (:func:`~fedalf_jax.sim.default_client.default_program`). ``init``, ``step`` once per
     local minibatch step (:func:`~fedalf_jax.sim.client.scan_steps`), ``final``; what ``final`` reveals
     passes through the run's privacy mechanism here, for every algorithm. ``own``: the client's own copies of
-    the algorithm's ``client_collections``, which it trains from instead of the global model's. Returns the
-    round's ``ClientOut``."""
+    the algorithm's ``client_collections``, which it trains from instead of the global model's. ``budget``: the
+    local steps it completes before the round's deadline (its later steps masked, ``facts.steps`` that count), or
+    ``None``. Returns the round's ``ClientOut``."""
     alg = spec.algorithm
     if own:
         theta_vars = {**theta_vars, **own}
@@ -251,7 +253,8 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     k_train, k_priv = jax.random.split(key)  # k_train: the local steps' batches and dropout keys
     local_mech = spec.ldp != "none" or spec.dp == "gaussian"  # noise drawn on the client from k_priv
     k_ctx = jax.random.fold_in(k_priv, PROGRAM_KEY) if local_mech else k_priv
-    facts = ClientFacts(jnp.asarray(n, jnp.int32), local_steps(n, spec.epochs, spec.batch_size, spec.local_steps),
+    steps = local_steps(n, spec.epochs, spec.batch_size, spec.local_steps)
+    facts = ClientFacts(jnp.asarray(n, jnp.int32), steps if budget is None else jnp.minimum(steps, budget),
                         label_counts(y, idx, n, spec.model.num_classes),
                         None if index is None else jnp.asarray(index, jnp.int32))
     apply = model_apply(spec.model)
@@ -263,7 +266,7 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     C.check_arrays(f"algorithm {alg.name!r}: client.init", "the carry", carry)
     carry = jax.tree_util.tree_map(jnp.asarray, carry)
     if prog.step is not None:
-        carry = _steps(spec, prog.step, ctx, carry, x, y, idx, n, k_train, hint=apply.hint)
+        carry = _steps(spec, prog.step, ctx, carry, x, y, idx, n, k_train, hint=apply.hint, budget=budget)
     out = C.call(alg, "client.final", prog.final, (carry, ctx), {}, "carry, ctx", hint=apply.hint)
     noise_var = jnp.zeros((), jnp.float32)
     stats, loss = None, None
@@ -302,7 +305,7 @@ def program_client(spec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, b
     return ClientOut(delta, new_state, loss, stats, noise_var, aux)
 
 
-def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key, hint=None):
+def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key, hint=None, budget=None):
     """``step`` once per local minibatch step of :func:`~fedalf_jax.sim.client.scan_steps` (``spec.epochs``
     epochs of ``⌈L / B⌉`` steps, or ``--local-steps K``): the batches and keys the default client's SGD
     steps on; a step with no real example keeps the carry."""
@@ -315,4 +318,4 @@ def _steps(spec, step_fn, ctx, carry, x_pool, y_pool, idx, n, key, hint=None):
         return new
 
     return scan_steps(body, carry, idx, n, key, epochs=spec.epochs, batch_size=spec.batch_size,
-                      steps=spec.local_steps)
+                      steps=spec.local_steps, budget=budget)

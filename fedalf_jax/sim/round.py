@@ -32,6 +32,7 @@ from . import contract as C
 from .algorithms import SERVER_INFO, SERVER_KEY, Algorithm, HParams, ServerIn
 from .batching import each_pair_in_turn
 from .client import ClientOut
+from .client import local_steps as steps_of
 from .default_client import default_program
 from .algorithms import _takes
 from .program import model_apply, privatise, program_client, upload_noise  # noqa: F401 (privatise, upload_noise: here too)
@@ -88,6 +89,9 @@ class RoundSpec:
     rounds: Any = None          # the run's --rounds (ServerIn.rounds: the last round is t == rounds - 1)
     availability: tuple = ("always",)  # --availability, parsed (sim.federation.parse_availability)
     dropout: float = 0.0        # --dropout P: a sampled client's upload is lost with probability P
+    stragglers: tuple = ("none",)  # --stragglers, parsed (sim.stragglers.parse_stragglers)
+    deadline: float = 0.0       # --deadline D: the round's length in local steps of a speed-1 client
+    straggler_policy: str = "partial"  # --straggler-policy: a late client's partial work kept, or its upload lost
 
     @property
     def federated(self) -> bool:
@@ -177,19 +181,21 @@ def client_state_like(alg: Algorithm, params):
 
 
 def client_step(spec: RoundSpec, theta_vars, state, idx, n, key, hp: HParams, t, x, y, bcast=None,
-                own=None, index=None) -> ClientOut:
+                own=None, index=None, budget=None) -> ClientOut:
     """One client's whole contribution to round ``t`` (unbatched; the round vmaps it): the algorithm's client
     program (``Algorithm.client``), or the default one its optional fields describe
     (:func:`~fedalf_jax.sim.default_client.default_program`), run by :func:`~fedalf_jax.sim.program.program_client`.
     ``bcast``: what the algorithm's ``broadcast`` chose this round (shared by the clients). ``own``: the
     client's own copies of the algorithm's ``client_collections`` (``{"batch_stats": ...}``), which it trains
-    from instead of the global model's. ``index``: the client's id (``ClientFacts.index``)."""
+    from instead of the global model's. ``index``: the client's id (``ClientFacts.index``). ``budget``: the local
+    steps it completes before the deadline (stragglers, ``partial``), or ``None``: all of them."""
     alg = spec.algorithm
     if alg.hand_written:
         program = lambda ctx: alg.client  # noqa: E731
     else:
         program = functools.partial(default_program, spec)
-    return program_client(spec, theta_vars, state, idx, n, key, hp, t, x, y, bcast, index, program, own=own)
+    return program_client(spec, theta_vars, state, idx, n, key, hp, t, x, y, bcast, index, program, own=own,
+                          budget=budget)
 
 
 def sample_clients(spec: RoundSpec, key):
@@ -230,12 +236,14 @@ def _replay(n: int, m: int):
 
 
 def federated_sampled(num_clients: int, clients_per_round: int, seed: int, rounds: int, availability: str,
-                      dropout: float, train_n=None, classes=None) -> np.ndarray:
+                      dropout: float, train_n=None, classes=None, late=None) -> np.ndarray:
     """``[rounds, m]`` int32 of a federated run (:mod:`fedalf_jax.sim.federation`): the clients whose upload
     arrived in each slot, ``-1`` where the slot was masked (fewer available than ``m``) or its upload dropped;
     replayed on the host with the round's own :func:`federation_masks`. ``train_n`` ([N], each client's training
     size) is needed by ``availability=size`` only, ``classes`` ([N], how many classes each holds) by ``labels``
-    only (both in a run folder's ``clients.json``: :func:`client_facts`)."""
+    only (both in a run folder's ``clients.json``: :func:`client_facts`). ``late``: stragglers whose uploads are
+    dropped, ``(stragglers, deadline, epochs, batch_size, local_steps)`` (:func:`straggler_replay`; it needs
+    ``train_n``)."""
     from .federation import parse_availability
     n, m = int(num_clients), int(clients_per_round)
     av = parse_availability(availability)
@@ -244,17 +252,21 @@ def federated_sampled(num_clients: int, clients_per_round: int, seed: int, round
         if av[0] == need and got is None:
             raise ValueError(f"availability {need}: replaying its sampling needs each client's {what}; pass "
                              f"{what.split('(')[1][:-1]}= (a run folder's clients.json has it)")
+    if late is not None and train_n is None:
+        raise ValueError("stragglers dropped: replaying them needs each client's training size (train_n); pass "
+                         "train_n= (a run folder's clients.json has it)")
     train_n = np.ones((n,), np.int32) if train_n is None else train_n
     run_key = seed_keys(int(seed))[1]
     tn = jnp.asarray(train_n, jnp.int32)
     cl = None if classes is None else jnp.asarray(classes, jnp.int32)
-    replay = (_federated_replay.__wrapped__ if av[0] == "trace" else _federated_replay)(n, m, av, float(dropout))
+    replay = (_federated_replay.__wrapped__ if av[0] == "trace" else _federated_replay)(n, m, av, float(dropout),
+                                                                                        late)
     padded = max(16, 1 << (max(int(rounds), 1) - 1).bit_length())  # a few shapes, not one per --rounds
     return np.asarray(replay(run_key, jnp.arange(padded, dtype=jnp.int32), tn, cl))[:int(rounds)]
 
 
 @functools.lru_cache(maxsize=64)
-def _federated_replay(n: int, m: int, av: tuple, dropout: float):
+def _federated_replay(n: int, m: int, av: tuple, dropout: float, late=None):
     """The compiled replay of a federated run's sampling, one per (N, m, availability, dropout) in a process (the
     seed's key and the rounds are arguments: a run's end and a report replay without compiling again); a trace's
     is built afresh (its file may change)."""
@@ -263,9 +275,30 @@ def _federated_replay(n: int, m: int, av: tuple, dropout: float):
     def one(run_key, t, tn, cl):
         state = RunState(None, None, None, t, run_key)
         k_sel, _ = round_keys(state, m)
-        sel, fed = federation_masks(spec, state, k_sel, tn, cl)
-        return jnp.where(fed["arrived"], sel, -1)
+        if av != ("always",) or dropout > 0:
+            sel, fed = federation_masks(spec, state, k_sel, tn, cl)
+            arrived = fed["arrived"]
+        else:  # stragglers dropped alone: the round's own uniform sampling (RoundSpec.federated is off)
+            sel = sample_clients(spec, k_sel)
+            arrived = jnp.ones(sel.shape, bool)
+        if late is not None:  # a client past the deadline sent nothing (sim.stragglers, policy drop)
+            from .stragglers import steps_done
+            st, deadline, epochs, batch_size, k = late
+            full = jax.vmap(lambda c: steps_of(c, epochs, batch_size, k))(tn[sel])
+            arrived = arrived & (steps_done(st, deadline, run_key, t, sel, full) >= full)
+        return jnp.where(arrived, sel, -1)
     return jax.jit(jax.vmap(one, in_axes=(None, 0, None, None)))
+
+
+def straggler_replay(cfg):
+    """The ``late`` argument of :func:`federated_sampled` for a run of ``cfg`` (a Config or config.json's dict)
+    whose late clients' uploads are dropped, else ``None``."""
+    get = cfg.get if isinstance(cfg, dict) else lambda k, d=None: getattr(cfg, k, d)
+    if get("stragglers", "none") == "none" or get("straggler_policy", "partial") != "drop":
+        return None
+    from .stragglers import parse_stragglers
+    return (parse_stragglers(get("stragglers")), float(get("deadline")), int(get("local_epochs")),
+            int(get("batch_size")), get("local_steps"))
 
 
 def client_facts(clients: list) -> tuple:
@@ -279,9 +312,11 @@ def run_participation(cfg, rounds: int, clients=None) -> np.ndarray:
     rounds when neither availability nor dropout masks them); ``clients``: its ``clients.json`` entries, read
     by ``availability`` ``size`` and ``labels``."""
     n = int(cfg.clients)
-    if getattr(cfg, "availability", "always") != "always" or getattr(cfg, "dropout", 0.0) > 0:
+    late = straggler_replay(cfg)
+    if getattr(cfg, "availability", "always") != "always" or getattr(cfg, "dropout", 0.0) > 0 or late is not None:
         tn, cl = client_facts(clients) if clients else (None, None)
-        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, cfg.availability, cfg.dropout, tn, cl)
+        sel = federated_sampled(n, cfg.clients_per_round, cfg.seed, rounds, cfg.availability, cfg.dropout, tn, cl,
+                                late)
     else:
         sel = sampled_clients(n, cfg.clients_per_round, cfg.seed, rounds)
     sel = sel.ravel()
@@ -444,11 +479,14 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
               if alg.has_client_state else ())
     idx, n = data.train_idx[sel], data.train_n[sel]
     own = {c: T.take(state.clients[c], sel) for c in alg.collections}  # each client's own collections
+    budget, late = None, None
+    if tuple(spec.stragglers) != ("none",):
+        budget, fed, late = _deadline(spec, state, sel, n, fed)
 
     def one(pc, sh):
         variables, hp_, t, x, y, bcast = sh
-        cstate, idx_, n_, key, own_, index = pc
-        return client_step(spec, variables, cstate, idx_, n_, key, hp_, t, x, y, bcast, own_, index)
+        cstate, idx_, n_, key, own_, index, budget_ = pc
+        return client_step(spec, variables, cstate, idx_, n_, key, hp_, t, x, y, bcast, own_, index, budget_)
 
     def local(per_client, shared):
         if spec.client_map == "map":
@@ -460,7 +498,7 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
 
     bcast = (C.call(alg, "broadcast", alg.broadcast, (state.sstate,), {}, "server_state")  # once, shared
              if alg.broadcast is not None else None)
-    per_client = (states, idx, n, ckeys, own, sel)  # sel: each client's index (ClientFacts.index)
+    per_client = (states, idx, n, ckeys, own, sel, budget)  # sel: each client's index (ClientFacts.index)
     shared = (state.variables, hp, state.round, data.x, data.y, bcast)
     if spec.client_devices > 1:
         # Inside a shard_map over the mesh axis "clients" (the run loop wraps the whole chunk in one):
@@ -472,7 +510,27 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
         outs = jax.tree_util.tree_map(lambda x: jax.lax.all_gather(x, "clients", tiled=True), local(mine, shared))
     else:
         outs = local(per_client, shared)
-    return sel, n, outs, fed
+    return sel, n, outs, fed, late
+
+
+def _deadline(spec: RoundSpec, state: RunState, sel, n, fed):
+    """``(budget, fed, late)`` of a round with stragglers (:mod:`fedalf_jax.sim.stragglers`): each sampled client's
+    completed steps (the ``partial`` policy's budget, else ``None``), the masks with the late clients' uploads lost
+    (``drop``: a plain round gets its masks here), and ``{"late", "work"}``: how many valid clients missed the
+    deadline and the share of their local steps the valid clients completed."""
+    from .stragglers import steps_done
+    full = jax.vmap(lambda k: steps_of(k, spec.epochs, spec.batch_size, spec.local_steps))(n)
+    done = steps_done(tuple(spec.stragglers), spec.deadline, state.key, state.round, sel, full)
+    valid = fed["valid"] if fed is not None else jnp.ones(sel.shape, bool)
+    missed = valid & (done < full)
+    late = {"late": jnp.sum(missed).astype(jnp.float32),
+            "work": (jnp.sum(jnp.where(valid, done, 0)) / jnp.maximum(jnp.sum(jnp.where(valid, full, 0)), 1))
+            .astype(jnp.float32)}
+    if spec.straggler_policy == "drop":
+        if fed is None:
+            fed = {"valid": valid, "arrived": valid, "available": jnp.asarray(spec.num_clients, jnp.int32)}
+        return None, {**fed, "arrived": fed["arrived"] & ~missed}, late
+    return done, fed, late
 
 
 def device_mesh(devices: int, axis: str):
@@ -487,8 +545,10 @@ def device_mesh(devices: int, axis: str):
 
 def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
     """One whole round, mapped over the sampled clients (the compiled program's body)."""
-    sel, n, outs, fed = _client_phase(spec, state, hp, data)
+    sel, n, outs, fed, late = _client_phase(spec, state, hp, data)
     new, metrics = server_step(spec, state, sel, n, outs, hp, fed)
+    if late is not None:  # stragglers: the late clients and the share of the work done
+        metrics = {**metrics, **late}
     if spec.eval_average:  # θ̄_t = θ̄_{t−1} + (θ_t − θ̄_{t−1}) / t: the mean of θ_1..θ_t
         new = new._replace(average=running_mean(state.average, new.variables, new.round))
     return new, metrics
