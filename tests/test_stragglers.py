@@ -123,3 +123,24 @@ def test_partial_work_runs_under_privacy_and_is_recorded_in_one_spelling(tmp_pat
     assert cfg.stragglers == "lognormal:0.5" and cfg.deadline == 4.0
     r = fj.run(cfg, out=tmp_path / "l", progress=False)
     assert r.metrics["late"].dropna().size == 3
+
+
+def test_a_sweep_over_dropout_and_deadline_is_one_program_equal_to_its_runs(tmp_path):
+    """P and D are traced (HParams.fed): the four runs of --dropout 0.1 0.4 × --deadline 2 6 share one static key
+    (one compiled program); each run's model equals its single run's, and the runs differ from each other."""
+    from fedalf_jax.experiment.sweep_plan import static_key
+    base = dict(SMALL, stragglers="lognormal:0.5", straggler_policy="partial")
+    grid = {"dropout": [0.1, 0.4], "deadline": [2.0, 6.0]}
+    cfgs = [fj.Config(**base, dropout=p, deadline=d) for p in grid["dropout"] for d in grid["deadline"]]
+    assert len({static_key(c) for c in cfgs}) == 1
+    assert static_key(fj.Config(**base, dropout=0.0, deadline=2.0)) != static_key(cfgs[0])  # P = 0: no masks
+    s = fj.sweep(fj.Config(**base, dropout=0.1, deadline=2.0), out=tmp_path / "s", grid=grid, progress=False)
+    models = {}
+    for r in s.runs:
+        single = fj.run(r.config, out=tmp_path / f"one_{r.config.dropout}_{r.config.deadline}", progress=False)
+        for a, b in zip(_leaves(r), _leaves(single)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        models[(r.config.dropout, r.config.deadline)] = _leaves(r)
+    assert len(models) == 4
+    first = models[(0.1, 2.0)]
+    assert all(any(not np.allclose(a, b) for a, b in zip(first, m)) for k, m in models.items() if k != (0.1, 2.0))

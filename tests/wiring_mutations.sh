@@ -1399,4 +1399,8 @@ mutate fedalf_jax/sim/stragglers.py "    if st[2]:" "    if False:" \
   "strag58: the per-round jitter ignored" "$ST -k law"
 mutate fedalf_jax/sim/round.py "        if late is not None:  # a client past the deadline sent nothing" "        if False:  # a client past the deadline sent nothing" \
   "strag58: the participation replay counts dropped stragglers" "$ST -k dropped"
+mutate fedalf_jax/sim/round.py '_fed(hp).get("dropout"))' 'None)' \
+  "strag58: a sweep's runs all drop uploads at the first run's P" "$ST -k sweep"
+mutate fedalf_jax/sim/round.py '_fed(hp).get("deadline", spec.deadline))' 'spec.deadline)' \
+  "strag58: a sweep's runs all keep the first run's deadline" "$ST -k sweep"
 exit $status

@@ -37,8 +37,11 @@ def hparams(cfg: Config) -> A.HParams:
         from ..privacy.accounting import central_noise_multiplier
         z = central_noise_multiplier(cfg.epsilon, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds)
     own = A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})  # the algorithm's own (none: no leaves)
+    fed = {**({"dropout": f(cfg.dropout)} if cfg.dropout > 0 else {}),
+           **({"deadline": f(cfg.deadline)} if cfg.stragglers != "none" else {})}  # traced: sweeps share one program
     return A.HParams(f(cfg.lr), f(cfg.lr_decay), f(cfg.resolved_server_lr), f(cfg.resolved_server_lr_decay),
-                     f(cfg.mu), f(cfg.resolved_rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip), f(z), own)
+                     f(cfg.mu), f(cfg.resolved_rho), f(cfg.q), f(cfg.epsilon), f(cfg.delta), f(cfg.clip), f(z), own,
+                     fed or ())
 
 
 def algorithm(cfg: Config, layer_of) -> A.Algorithm:

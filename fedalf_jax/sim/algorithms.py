@@ -77,6 +77,8 @@ class HParams(NamedTuple):
     clip: Any
     noise_multiplier: Any = 0.0  # dp="central": the server noise's std over its step's sensitivity (host-calibrated)
     own: Any = OwnHParams()  # the algorithm's own hyper-parameters, name -> float32 scalar (no leaves when none)
+    fed: Any = ()  # a real federation's numbers, traced (a sweep over them is one program): {"dropout": P} under
+                   # --dropout P > 0, {"deadline": D} under --stragglers; empty otherwise (no leaves)
 
 
 class ServerIn(NamedTuple):

@@ -451,13 +451,14 @@ def client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData
     return _client_phase(spec, state, hp, data)[:3]
 
 
-def federation_masks(spec: RoundSpec, state: RunState, k_sel, train_n, classes=None):
+def federation_masks(spec: RoundSpec, state: RunState, k_sel, train_n, classes=None, p_drop=None):
     """``(sel, {"valid", "arrived", "available"})`` of a federated round (:mod:`fedalf_jax.sim.federation`);
     ``classes``: each client's number of classes (``availability=labels`` only)."""
     from .federation import arrivals, sample_available
     sel, valid, n_avail = sample_available(tuple(spec.availability), spec.clients_per_round, state.key,
                                            state.round, k_sel, train_n, classes)
-    arrived = (arrivals(spec.dropout, jax.random.fold_in(state.key, state.round), valid) if spec.dropout > 0
+    p = spec.dropout if p_drop is None else p_drop  # the run's traced P (HParams.fed) in the round
+    arrived = (arrivals(p, jax.random.fold_in(state.key, state.round), valid) if spec.dropout > 0
                else valid)
     return sel, {"valid": valid, "arrived": arrived, "available": n_avail}
 
@@ -471,7 +472,7 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
         if tuple(spec.availability)[0] == "labels":
             from .federation import classes_held
             classes = classes_held(data.y, data.train_idx, data.train_n, spec.model.num_classes)
-        sel, fed = federation_masks(spec, state, k_sel, data.train_n, classes)
+        sel, fed = federation_masks(spec, state, k_sel, data.train_n, classes, _fed(hp).get("dropout"))
     else:
         sel = sample_clients(spec, k_sel)
     alg = spec.algorithm
@@ -481,7 +482,7 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
     own = {c: T.take(state.clients[c], sel) for c in alg.collections}  # each client's own collections
     budget, late = None, None
     if tuple(spec.stragglers) != ("none",):
-        budget, fed, late = _deadline(spec, state, sel, n, fed)
+        budget, fed, late = _deadline(spec, state, sel, n, fed, _fed(hp).get("deadline", spec.deadline))
 
     def one(pc, sh):
         variables, hp_, t, x, y, bcast = sh
@@ -513,14 +514,19 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
     return sel, n, outs, fed, late
 
 
-def _deadline(spec: RoundSpec, state: RunState, sel, n, fed):
+def _fed(hp: HParams) -> dict:
+    """The run's traced federation numbers (``HParams.fed``), ``{}`` when none (or an HParams made by hand)."""
+    return hp.fed if isinstance(hp.fed, dict) else {}
+
+
+def _deadline(spec: RoundSpec, state: RunState, sel, n, fed, deadline):
     """``(budget, fed, late)`` of a round with stragglers (:mod:`fedalf_jax.sim.stragglers`): each sampled client's
     completed steps (the ``partial`` policy's budget, else ``None``), the masks with the late clients' uploads lost
     (``drop``: a plain round gets its masks here), and ``{"late", "work"}``: how many valid clients missed the
     deadline and the share of their local steps the valid clients completed."""
     from .stragglers import steps_done
     full = jax.vmap(lambda k: steps_of(k, spec.epochs, spec.batch_size, spec.local_steps))(n)
-    done = steps_done(tuple(spec.stragglers), spec.deadline, state.key, state.round, sel, full)
+    done = steps_done(tuple(spec.stragglers), deadline, state.key, state.round, sel, full)
     valid = fed["valid"] if fed is not None else jnp.ones(sel.shape, bool)
     missed = valid & (done < full)
     late = {"late": jnp.sum(missed).astype(jnp.float32),

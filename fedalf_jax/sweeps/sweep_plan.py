@@ -194,6 +194,8 @@ def static_key(cfg: Config) -> str:
     for k in (*CONTINUOUS, "seed", "out"):
         d.pop(k)
     d.pop("hp", None)  # the algorithm's own: traced too (their names are the algorithm's)
+    d["dropout"] = d["dropout"] > 0  # P and the deadline are traced (HParams.fed): whether uploads drop is not
+    d.pop("deadline", None)
     return json.dumps(d, sort_keys=True)
 
 
