@@ -181,8 +181,8 @@ def test_changing_availability_or_dropout_is_an_identity_change():
     (dict(dropout=1.5), "dropout must be a probability in [0, 1]"),
     (dict(dropout=-0.1), "dropout must be a probability in [0, 1]"),
     (dict(dropout=True), "dropout must be a probability"),
-    (dict(availability="beta:2,5", dp="central", epsilon=8.0), "privacy mechanism"),
-    (dict(dropout=0.1, ldp="adaptive"), "privacy mechanism"),
+    (dict(availability="size", dp="central", epsilon=8.0), "privacy mechanism"),
+    (dict(availability="labels", dropout=0.1, ldp="adaptive"), "privacy mechanism"),
 ])
 def test_bad_input_is_one_line_naming_the_fix(kw, says):
     with pytest.raises(ConfigError) as e:

@@ -469,8 +469,9 @@ class Config:
 
 
 def _check_federation(cfg: "Config") -> None:
-    """availability and dropout (docs/federations.md): parseable, and not under a privacy mechanism, whose
-    accounting assumes every client is sampled with probability m/N and every upload arrives."""
+    """availability and dropout (docs/federations.md): parseable; under a privacy mechanism only where its
+    accounting is exact (docs/privacy.md, "Real federations"): any dropout, and availability other than size
+    and labels (which draw who takes part from the clients' own data)."""
     from ..sim.federation import canonical, check_dropout, parse_availability
     try:
         av = parse_availability(cfg.availability)
@@ -487,17 +488,19 @@ def _check_federation(cfg: "Config") -> None:
             raise ConfigError(str(e)) from None
     drop = _check_stragglers(cfg)
     if drop and (cfg.ldp != "none" or cfg.dp != "none"):
-        raise ConfigError(f"stragglers with straggler_policy drop under a privacy mechanism: a late client's lost "
-                          f"upload makes the sampling non-uniform, which its accounting does not cover (not built "
-                          f"yet); use --straggler-policy partial (every sampled client uploads), or no --ldp/--dp")
+        raise ConfigError(f"stragglers with straggler_policy drop under a privacy mechanism: whether a client misses "
+                          f"the deadline depends on its own data (its size sets its steps), a release outside the "
+                          f"mechanism that no accounting here covers; use --straggler-policy partial (every sampled "
+                          f"client uploads), or no --ldp/--dp")
     if drop and cfg.algorithm in BUILTINS and not declared(cfg.algorithm).weighted_by_n:
         raise ConfigError(f"stragglers with straggler_policy drop and algorithm {cfg.algorithm!r}: its server does not "
                           f"weigh the clients by ServerIn.weights, so a dropped client would count as a zero update "
                           f"(not built yet); use --straggler-policy partial, or fedavg or fedprox")
-    if (av != ("always",) or p > 0) and (cfg.ldp != "none" or cfg.dp != "none"):
-        raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with a privacy mechanism: its accounting "
-                          f"assumes uniform sampling at m/N and every upload arriving, which these do not give "
-                          f"(not built yet); use --availability always --dropout 0, or no --ldp/--dp")
+    if av[0] in ("size", "labels") and (cfg.ldp != "none" or cfg.dp != "none"):
+        raise ConfigError(f"availability {cfg.availability} with a privacy mechanism: it draws who takes part from each "
+                          f"client's own data (its {'training size' if av[0] == 'size' else 'classes'}), a release "
+                          f"outside the mechanism that no accounting here covers; use availability beta, cyclic, "
+                          f"markov or trace, or no --ldp/--dp")
     if (av != ("always",) or p > 0) and cfg.algorithm in BUILTINS and not declared(cfg.algorithm).weighted_by_n:
         raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with algorithm {cfg.algorithm!r}: its server "
                           f"does not weigh the clients by ServerIn.weights, so a missing client would count as a zero "

@@ -39,6 +39,12 @@ times by dp_accounting's RDP accountant (the only one that has it), under **repl
 ``2·clip/m`` for a mean of ``m`` clipped updates). :func:`central_noise_multiplier` calibrates ``z`` so
 that the whole run spends at most the configured (ε, δ), within ~1e-6.
 
+**Real federations** (``availability``, ``dropout``: docs/privacy.md, "Real federations"; :func:`sampling`): the
+local mechanisms count each client's rounds sampled under the run's own availability, replayed from the seed, lost
+uploads included (:func:`sent_counts`); central DP under availability other than ``always`` is accounted without
+amplification (q = 1: :data:`NO_AMPLIFICATION`), under dropout alone still at m/N (a lost upload, independent of the
+data, releases less).
+
 PLD accountants are pessimistic (their discretisation rounds the privacy loss up), and the RDP
 accountant's conversion to (ε, δ) is an upper bound, so every ε here is an upper bound.
 """
@@ -137,6 +143,31 @@ def _accountants():
     return rdp_privacy_accountant.RdpAccountant, pld_privacy_accountant.PLDAccountant
 
 
+# ---- the sampling a run's accounting rests on ------------------------------------------------------
+
+def sampling(cfg: Any) -> str:
+    """What a run's sampling is, for its accounting (docs/privacy.md, "Real federations"): ``"uniform"`` (``m``
+    of ``N`` without replacement every round, every upload arriving: today's), ``"dropout"`` (that sampling,
+    then each sampled upload lost with probability P, independently of everything else) or ``"non-uniform"``
+    (``availability`` other than ``always``: a client's chance of being sampled is not ``m/N`` and differs
+    between clients and rounds)."""
+    if (getattr(cfg, "availability", "always") or "always") != "always":
+        return "non-uniform"
+    return "dropout" if float(getattr(cfg, "dropout", 0.0) or 0.0) > 0 else "uniform"
+
+
+def amplified(cfg: Any) -> bool:
+    """Whether central DP's accounting amplifies by sampling at ``q = m/N``: under ``"uniform"`` and
+    ``"dropout"`` sampling (a lost upload, independent of the data, releases less: every realisation of the
+    losses is a Gaussian of at most the same sensitivity, and Rényi divergence is quasi-convex, so the mixture
+    keeps the amplified bound); not under non-uniform availability (``q = 1``: every round composes the full
+    Gaussian)."""
+    return sampling(cfg) != "non-uniform"
+
+
+NO_AMPLIFICATION = "no amplification by sampling: availability/dropout make sampling non-uniform"
+
+
 # ---- participation ------------------------------------------------------------------------------
 
 def expected_participations(clients_per_round: int, clients: int, rounds: int) -> int:
@@ -183,12 +214,28 @@ def participation(counts: Sequence[int]) -> dict:
 def _realised_counts(cfg: Any, rounds_done: int, counts: Optional[Sequence[int]]) -> list[int]:
     """``counts`` (one per client), or the run's own: its sampling replayed from ``cfg.seed`` (JAX, imported
     only here)."""
-    if counts is None:
+    if counts is None and sampling(cfg) == "non-uniform":  # the run's own sampling under its availability
+        counts = sent_counts(cfg, rounds_done)
+    if counts is None:  # uniform (and dropout's, whose losses come after it): every sampled round counts
         from ..sim.round import participation_counts
         counts = participation_counts(int(cfg.clients), int(cfg.clients_per_round), int(cfg.seed), rounds_done)
     counts = [int(c) for c in counts]
     if len(counts) != int(cfg.clients):
         raise ValueError(f"participation counts of {len(counts)} clients for a run of clients={int(cfg.clients)}")
+    return counts
+
+
+def sent_counts(cfg: Any, rounds_done: int) -> list[int]:
+    """Each client's count of the rounds it was sampled in (and available) under ``cfg``'s availability,
+    replayed from the seed with the round's own sampler (``fedalf_jax.sim.round.federated_sampled``) at
+    dropout 0: every upload a client sent, those later lost included (a lost upload still left the client),
+    so an upper bound of what reached the server."""
+    from ..sim.round import federated_sampled
+    sel = federated_sampled(int(cfg.clients), int(cfg.clients_per_round), int(cfg.seed), int(rounds_done),
+                            cfg.availability, 0.0).ravel()
+    counts = [0] * int(cfg.clients)
+    for c in sel[sel >= 0].tolist():
+        counts[c] += 1
     return counts
 
 
@@ -332,6 +379,22 @@ def _central_composed(z: float, m: int, n: int, rounds: int, delta: float) -> fl
         return float(_rdp_replace_one().compose(_sampled_gaussian(z, m, n, rounds)).get_epsilon(delta))
 
 
+def _gaussian_rounds(z: float, rounds: int):
+    """Without amplification (``q = 1``): the Gaussian mechanism with noise multiplier ``z`` in every one of
+    ``rounds`` rounds, whoever is sampled (what non-uniform availability leaves: docs/privacy.md)."""
+    import dp_accounting as dpa
+    return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z), rounds)
+
+
+@functools.lru_cache(maxsize=512)
+def _central_unamplified(z: float, rounds: int, delta: float) -> float:
+    """The RDP accountant's ε at ``delta`` of :func:`_gaussian_rounds` (replace-one)."""
+    if rounds == 0:
+        return 0.0
+    with _quiet():
+        return float(_rdp_replace_one().compose(_gaussian_rounds(z, rounds)).get_epsilon(delta))
+
+
 def _sample(clients_per_round, clients) -> tuple[int, int]:
     m, n = _count("clients_per_round", clients_per_round), _count("clients", clients)
     if not 1 <= m <= n:
@@ -341,19 +404,22 @@ def _sample(clients_per_round, clients) -> tuple[int, int]:
 
 
 def central_epsilon(noise_multiplier: float, clients_per_round: int, clients: int, rounds: int,
-                    delta: float) -> float:
+                    delta: float, amplified: bool = True) -> float:
     """ε at ``delta`` of ``rounds`` rounds of central DP-FedAvg as the simulator runs them: each round
     ``SampledWithoutReplacementDpEvent(clients, clients_per_round, GaussianDpEvent(z))``, composed
-    ``rounds`` times, under replace-one of a client (dp_accounting's RDP accountant)."""
+    ``rounds`` times, under replace-one of a client (dp_accounting's RDP accountant). ``amplified=False``
+    (non-uniform availability, :func:`amplified`): ``GaussianDpEvent(z)`` composed ``rounds`` times, ``q = 1``."""
     z, delta = _pos("noise_multiplier", noise_multiplier), _prob("delta", delta)
     m, n = _sample(clients_per_round, clients)
     _within("noise_multiplier", z, Z_MIN, Z_MAX, "dp_accounting's RDP of sampling without replacement is not "
             "reliable outside it")
+    if not amplified:
+        return _central_unamplified(z, _count("rounds", rounds), delta)
     return _central_composed(z, m, n, _count("rounds", rounds), delta)
 
 
 @functools.lru_cache(maxsize=128)
-def _calibrate(epsilon: float, delta: float, m: int, n: int, rounds: int) -> float:
+def _calibrate(epsilon: float, delta: float, m: int, n: int, rounds: int, amplified: bool = True) -> float:
     """The smallest ``z`` in [:data:`Z_MIN`, :data:`Z_MAX`] (to 1e-6) whose ε is within ``epsilon``:
     dp_accounting's calibration (Brent's method on that bracket, ending on the side within the budget)
     with the same RDP accountant. A budget that even ``Z_MIN`` keeps gets ``Z_MIN`` (more noise than
@@ -361,7 +427,10 @@ def _calibrate(epsilon: float, delta: float, m: int, n: int, rounds: int) -> flo
     import dp_accounting as dpa
 
     def eps(z):
-        return _central_composed(z, m, n, rounds, delta)
+        return _central_composed(z, m, n, rounds, delta) if amplified else _central_unamplified(z, rounds, delta)
+
+    def event(z):
+        return _sampled_gaussian(z, m, n, rounds) if amplified else _gaussian_rounds(z, rounds)
 
     if eps(Z_MIN) <= epsilon:
         return Z_MIN
@@ -374,23 +443,24 @@ def _calibrate(epsilon: float, delta: float, m: int, n: int, rounds: int) -> flo
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if eps(2.0 ** mid) <= epsilon else (mid, hi)
     return float(dpa.calibrate_dp_mechanism(
-        _rdp_replace_one, lambda z: _sampled_gaussian(z, m, n, rounds), epsilon, delta,
+        _rdp_replace_one, event, epsilon, delta,
         bracket_interval=dpa.ExplicitBracketInterval(max(2.0 ** lo, Z_MIN), 2.0 ** hi), tol=1e-6))
 
 
 def central_noise_multiplier(epsilon: float, delta: float, clients_per_round: int, clients: int,
-                             rounds: int) -> float:
+                             rounds: int, amplified: bool = True) -> float:
     """The noise multiplier ``z`` (the server noise's std over its step's replace-one sensitivity) with
     which ``rounds`` rounds of central DP-FedAvg, ``clients_per_round`` of ``clients`` sampled without
     replacement each round, spend (``epsilon``, ``delta``): :func:`central_epsilon` of it is at most
-    ``epsilon`` (within ~1e-6 of it; the smallest such ``z`` to 1e-6)."""
+    ``epsilon`` (within ~1e-6 of it; the smallest such ``z`` to 1e-6). ``amplified=False``: calibrated
+    without amplification by sampling (``q = 1``, :func:`central_epsilon`)."""
     epsilon, delta = _pos("epsilon", epsilon), _prob("delta", delta)
     m, n = _sample(clients_per_round, clients)
     rounds = _count("rounds", rounds)
     _within("epsilon", epsilon, EPSILON_MIN_CENTRAL, EPSILON_MAX, "central DP's calibration")
     if rounds == 0:
         raise ValueError("rounds=0: a run of no rounds releases nothing; no noise multiplier to calibrate")
-    return _calibrate(epsilon, delta, m, n, rounds)
+    return _calibrate(epsilon, delta, m, n, rounds) if amplified else _calibrate(epsilon, delta, m, n, rounds, False)
 
 
 def central(epsilon: float, delta: float, clients_per_round: int, clients: int, rounds: int) -> dict:
@@ -433,6 +503,18 @@ def _ldp_epsilon(mech: str, epsilon: float) -> tuple[float, float]:
     return (max(eps, eff) if math.isfinite(eff) else eps), eff
 
 
+def _sampling_text(cfg: Any, how: str) -> str:
+    """The record's ``sampling`` under availability/dropout: what the round's sampling is."""
+    m, n = int(cfg.clients_per_round), int(cfg.clients)
+    if how == "non-uniform":
+        lost = f", then each upload lost with probability {float(cfg.dropout):g}" if float(cfg.dropout) > 0 else ""
+        return (f"non-uniform: each round {m} clients sampled uniformly without replacement from those available "
+                f"under availability {cfg.availability} (all of them when fewer){lost}; a client's chance of "
+                f"being sampled is not {m}/{n}")
+    return (f"{m} of {n} clients sampled uniformly without replacement, then each upload lost with probability "
+            f"{float(cfg.dropout):g}, independently of the data")
+
+
 def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
@@ -467,9 +549,32 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
     if mech in ("adaptive", "ldp_fl") and on == "update":  # --ldp-on update: the values of w_i − θ_t
         per = _PER_UPDATE[mech]
     base = {"mechanism": mech, "per": per, "rounds": t, "participation_rate": q}
+    how = sampling(cfg)
+    if how != "uniform":  # availability/dropout: what the accounting rests on, in the record
+        base.update(sampling=_sampling_text(cfg, how))
+    if mech == "central" and how == "non-uniform":
+        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds), amplified=False)
+        eps = central_epsilon(z, m, n, t, cfg.delta, amplified=False)
+        return {**base, "accountant": ("dp_accounting RDP, the Gaussian composed over every round (q = 1: "
+                                       f"{NO_AMPLIFICATION}), replace-one of a client"),
+                "amplification": NO_AMPLIFICATION,
+                "neighbouring": CENTRAL_NEIGHBOURING, "noise_multiplier": z, "epsilon": eps,
+                "delta": float(cfg.delta), "epsilon_rdp": eps, "epsilon_target": float(cfg.epsilon),
+                "rounds_target": int(cfg.rounds),
+                "statement": (f"After {t} of {int(cfg.rounds)} rounds the released global models are "
+                              f"(ε = {_fmt(eps)}, δ = {cfg.delta:g})-DP for replacing any one client's data "
+                              f"(noise multiplier {_fmt(z)} over the step's replace-one sensitivity, the server "
+                              f"dividing by m = {m} whoever arrives; {NO_AMPLIFICATION} (availability "
+                              f"{cfg.availability}), so every round is accounted as the full Gaussian mechanism, "
+                              f"q = 1); the whole run reaches ε = {cfg.epsilon:g}. The server, which sees the "
+                              f"clipped updates before its noise, is not covered.")}
     if mech == "central":
         z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds))
         eps = central_epsilon(z, m, n, t, cfg.delta)
+        if how == "dropout":
+            base.update(amplification=(f"amplified by sampling {m} of {n} without replacement; each upload then "
+                                       f"lost with probability {float(cfg.dropout):g} independently of the data, "
+                                       f"which releases less (the server divides by m = {m} whoever arrives)"))
         return {**base, "accountant": ("dp_accounting RDP, sampling without replacement of m of N clients "
                                        "(SampledWithoutReplacementDpEvent of a Gaussian, as the simulator samples), "
                                        "replace-one of a client"),
@@ -484,12 +589,27 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
                               f"before its noise, is not covered.")}
     dist = participation(_realised_counts(cfg, t, counts))
     k = dist["max"]  # the headline is a bound for every client: at the largest count reached
-    ke = expected_participations(m, n, t)
-    hi = participation_bound(q, t)
-    base.update(participations=k, participation=dist, participations_expected=ke, participations_bound=hi,
-                bound_exceeded_with=EXCEEDED_WITH)
-    counted = (f"The client that took part most often took part in {k} of the {t} rounds (every client: "
-               f"{dist['min']} to {k}, median {dist['median']:g}; expected {ke} at q = {m}/{n}, rounded up)")
+    if how == "non-uniform":  # no client's count is Binomial(T, m/N): the mean client's, and every round
+        ke = -(-sum(dist["per_client"]) // len(dist["per_client"]))
+        hi = t
+        base.update(participations=k, participation=dist, participations_expected=ke, participations_bound=hi,
+                    bound_exceeded_with=0.0,
+                    participations_counted=("the rounds each client was sampled in under its availability, "
+                                            "replayed from the seed (its uploads lost to dropout included); the "
+                                            "bound is every round, the expected count the mean client's"))
+        counted = (f"The client that took part most often took part in {k} of the {t} rounds (every client: "
+                   f"{dist['min']} to {k}, median {dist['median']:g}, under availability {cfg.availability}, "
+                   f"replayed from the seed; the mean client {ke}, rounded up)")
+    else:
+        ke = expected_participations(m, n, t)
+        hi = participation_bound(q, t)
+        base.update(participations=k, participation=dist, participations_expected=ke, participations_bound=hi,
+                    bound_exceeded_with=EXCEEDED_WITH)
+        if how == "dropout":
+            base.update(participations_counted=("the rounds each client was sampled in (its uploads lost to "
+                                                 "dropout included)"))
+        counted = (f"The client that took part most often took part in {k} of the {t} rounds (every client: "
+                   f"{dist['min']} to {k}, median {dist['median']:g}; expected {ke} at q = {m}/{n}, rounded up)")
     if mech == "gaussian":
         neighbouring = getattr(cfg, "neighbouring", "add_remove")
         g = gaussian_local(cfg.epsilon, cfg.delta, k, neighbouring)
@@ -543,8 +663,9 @@ def epsilon_spent(cfg: Any, rounds_done: int, counts: Optional[Sequence[int]] = 
     t = _count("rounds_done", rounds_done)
     m, n = int(cfg.clients_per_round), int(cfg.clients)
     if mech == "central":
-        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds))
-        return central_epsilon(z, m, n, t, cfg.delta)
+        amp = amplified(cfg)
+        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds), amplified=amp)
+        return central_epsilon(z, m, n, t, cfg.delta, amplified=amp)
     k = max(_realised_counts(cfg, t, counts))
     if mech == "gaussian":
         return gaussian_local(cfg.epsilon, cfg.delta, k, getattr(cfg, "neighbouring", "add_remove"))["epsilon"]

@@ -109,7 +109,8 @@ def _check_accountable(cfg: PrivacyOptions) -> None:
         raise ConfigError(f"clients_per_round/clients = {q:g} is below the privacy accountant's range for dp central "
                           f"(q >= {A.Q_MIN:g}); raise --clients-per-round or lower --clients")
     try:  # the noise multiplier this run will use (cached): a budget it cannot reach is refused here
-        A.central_noise_multiplier(eps, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds)
+        A.central_noise_multiplier(eps, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds,
+                                   amplified=A.amplified(cfg))
     except ValueError as e:
         raise ConfigError(f"dp central: {e}") from None
 
@@ -156,8 +157,7 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
                       f"to its step ({central_sensitivity_of(cfg.algorithm)} x server_lr x clip sensitivity, noise "
                       f"multiplier calibrated by dp_accounting), so the global models released over the {cfg.rounds} "
                       f"rounds are (epsilon={cfg.epsilon:g}, delta={cfg.delta:g})-DP for replacing any one client's "
-                      f"data (user-level, amplified by sampling {cfg.clients_per_round} of {cfg.clients} without "
-                      f"replacement, as the simulator does); the "
+                      f"data ({_central_sampling(cfg)}); the "
                       f"server itself sees the clipped updates before its noise and must be trusted")
     builtin = cfg.algorithm in ALGORITHMS
     if builtin:  # what its upload is under a mechanism, as it declares (a built-in that cannot hold says why)
@@ -224,6 +224,22 @@ def privacy_guarantee(cfg: PrivacyOptions) -> tuple[bool, str]:
                       f"round ({what}); nothing composes it over rounds")
     return True, (f"{upload}, so by post-processing the mechanism's guarantee holds for one upload per round "
                   f"({what}); nothing composes it over rounds")
+
+
+def _central_sampling(cfg: PrivacyOptions) -> str:
+    """What central DP's guarantee rests on in the sampling (accounting.sampling): amplified at m/N, also under
+    dropout alone; not under non-uniform availability (q = 1)."""
+    from . import accounting as A
+    how = A.sampling(cfg)
+    m, n = cfg.clients_per_round, cfg.clients
+    if how == "non-uniform":
+        return (f"user-level; {A.NO_AMPLIFICATION} (availability {cfg.availability}), so every round is accounted "
+                f"as the full Gaussian mechanism, q = 1, the server dividing by m = {m} whoever arrives")
+    if how == "dropout":
+        return (f"user-level, amplified by sampling {m} of {n} without replacement, as the simulator does; each "
+                f"upload then lost with probability {cfg.dropout:g} independently of the data, which releases "
+                f"less, the server dividing by m = {m} whoever arrives")
+    return f"user-level, amplified by sampling {m} of {n} without replacement, as the simulator does"
 
 
 def uploads_not_covered(alg) -> list[str]:

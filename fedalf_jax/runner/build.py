@@ -34,8 +34,9 @@ def hparams(cfg: Config) -> A.HParams:
     f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     z = 0.0
     if cfg.dp == "central":  # calibrated on the host: (epsilon, delta) over the whole run, m of N per round
-        from ..privacy.accounting import central_noise_multiplier
-        z = central_noise_multiplier(cfg.epsilon, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds)
+        from ..privacy.accounting import amplified, central_noise_multiplier
+        z = central_noise_multiplier(cfg.epsilon, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds,
+                                     amplified=amplified(cfg))
     own = A.OwnHParams({k: f(v) for k, v in cfg.resolved_hp.items()})  # the algorithm's own (none: no leaves)
     fed = {**({"dropout": f(cfg.dropout)} if cfg.dropout > 0 else {}),
            **({"deadline": f(cfg.deadline)} if cfg.stragglers != "none" else {})}  # traced: sweeps share one program

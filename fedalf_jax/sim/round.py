@@ -377,11 +377,13 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
     weights = n_sel.astype(jnp.float32) / jnp.sum(n_sel)
     if spec.dp == "central":  # n_i would weigh a client's clipped update beyond 1/m: average uniformly
         weights = jnp.full(n_sel.shape, 1.0 / n_sel.shape[0], jnp.float32)
-    if fed is not None:  # refused with a privacy mechanism (config._check_federation)
+    if fed is not None:
         arrived = fed["arrived"]
         w_raw = jnp.where(arrived, n_sel.astype(jnp.float32), 0.0)
         total = jnp.sum(w_raw)
         weights = w_raw / jnp.where(total > 0, total, 1.0)
+        if spec.dp == "central":  # 1/m each, whoever arrived: the 2·clip/m sensitivity needs a fixed denominator
+            weights = jnp.where(arrived, 1.0 / n_sel.shape[0], 0.0).astype(jnp.float32)
         outs = outs._replace(delta=_masked(arrived, outs.delta, jax.tree_util.tree_map(jnp.zeros_like, outs.delta)))
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
                     hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var,
