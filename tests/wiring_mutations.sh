@@ -1341,8 +1341,8 @@ mutate fedalf_jax/sim/round.py 'arrived=n_arr.astype(jnp.float32))' 'arrived=jnp
 mutate fedalf_jax/api.py "return federated_sampled(cfg.clients, cfg.clients_per_round, cfg.seed, rounds, cfg.availability," \
   "return federated_sampled(cfg.clients, cfg.clients_per_round, cfg.seed, rounds, 'always'," \
   "fed58: Result.sampled_clients replays uniform sampling under availability" "$F -k replay"
-mutate fedalf_jax/config/config.py '    if (av != ("always",) or p > 0) and (cfg.ldp != "none" or cfg.dp != "none"):' \
-  '    if False:' "fed58: availability/dropout accepted under a privacy mechanism" "$F -k bad_input"
+mutate fedalf_jax/config/config.py '    if av[0] in ("size", "labels") and (cfg.ldp != "none" or cfg.dp != "none"):' \
+  '    if False:' "fed58: data-drawn availability accepted under a privacy mechanism" "$F -k bad_input"
 mutate fedalf_jax/plugins/registry.py "with warnings.catch_warnings(), unwarned():" "with warnings.catch_warnings():" \
   "client56: the digest's silent build uses up the old fields' one line" "tests/test_local_training.py -k cli_gives"
 # issue 58's second slice (labels "fed58b"): markov, trace and labels availability; participation and the report
@@ -1403,4 +1403,29 @@ mutate fedalf_jax/sim/round.py '_fed(hp).get("dropout"))' 'None)' \
   "strag58: a sweep's runs all drop uploads at the first run's P" "$ST -k sweep"
 mutate fedalf_jax/sim/round.py '_fed(hp).get("deadline", spec.deadline))' 'spec.deadline)' \
   "strag58: a sweep's runs all keep the first run's deadline" "$ST -k sweep"
+# issue 58 item 7 (labels "priv58"): privacy stays exact under availability and dropout
+P=tests/test_privacy_federations.py
+mutate fedalf_jax/privacy/accounting.py '        return "non-uniform"' '        return "uniform"' \
+  "priv58: availability accounted as uniform sampling, amplified at m/N" "$P -k q_1"
+mutate fedalf_jax/privacy/accounting.py '    return sampling(cfg) != "non-uniform"' '    return sampling(cfg) == "uniform"' \
+  "priv58: dropout alone loses its amplification in the round's noise" "$P -k dropout_alone_keeps"
+mutate fedalf_jax/runner/build.py '                                     amplified=amplified(cfg))' '                                     amplified=True)' \
+  "priv58: the round's noise calibrated with amplification under availability" "$P -k q_1"
+mutate fedalf_jax/sim/round.py '            weights = jnp.where(arrived, 1.0 / n_sel.shape[0], 0.0).astype(jnp.float32)' '            pass' \
+  "priv58: central DP averages over the arrived only (sensitivity 2·clip/k, not 2·clip/m)" "$P -k divides_by_m"
+mutate fedalf_jax/privacy/accounting.py '        counts = sent_counts(cfg, rounds_done)' '        pass' \
+  "priv58: local counts replayed as uniform sampling under availability" "$P -k really_sent"
+mutate fedalf_jax/privacy/accounting.py '                            cfg.availability, 0.0).ravel()' \
+  '                            cfg.availability, float(cfg.dropout)).ravel()' \
+  "priv58: uploads lost to dropout not counted as released" "$P -k really_sent"
+mutate fedalf_jax/privacy/accounting.py '        hi = t' '        hi = participation_bound(q, t)' \
+  "priv58: the Binomial(T, m/N) bound stated under non-uniform availability" "$P -k really_sent"
+mutate fedalf_jax/privacy/accounting.py '        eps = central_epsilon(z, m, n, t, cfg.delta, amplified=False)' \
+  '        eps = central_epsilon(z, m, n, t, cfg.delta)' "priv58: the q = 1 noise recorded at the amplified epsilon" "$P -k q_1"
+mutate fedalf_jax/privacy/accounting.py '    return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z), rounds)' '    return dpa.GaussianDpEvent(z)' \
+  "priv58: the unamplified Gaussian composed once, not every round" "$P -k q_1"
+mutate fedalf_jax/privacy/guarantee.py '    if how == "non-uniform":' '    if False:' \
+  "priv58: the guarantee under availability says amplified by sampling" "$P -k says_no_amplification"
+mutate fedalf_jax/config/config.py '    if av[0] in ("size", "labels") and (cfg.ldp != "none" or cfg.dp != "none"):' \
+  '    if False:' "priv58: data-drawn availability accepted under a privacy mechanism" "$P -k data_drawn"
 exit $status
