@@ -45,6 +45,7 @@ from .progress import Progress, stage
 from .columns import PERSONAL_KEYS, extra_columns, scalars_of
 from .rundir import RunDir
 from .writers import WriteError
+from .summary import _param_sizes, _participation, _privacy_spent  # noqa: F401 - imported from here too
 # the compiled programs (runner/programs.py); their names are imported from here too
 from .programs import (_PROGRAMS, _TRACE_OPTIONS, Program, default_run_map, map_runs,  # noqa: F401
                        to_host)
@@ -465,38 +466,6 @@ def _save_checkpoint(slot: Slot, state) -> None:
     summary says "done" only once the last round's checkpoint is on disk (:func:`_finish`)."""
     slot.rundir.save_checkpoint(state, slot.cfg)
     slot.checkpointed = int(state.round)
-
-
-def _param_sizes(variables, batched: bool = False) -> dict[str, int]:
-    """The number of values of each tensor of the model's ``params`` (by its path, e.g.
-    ``Dense_0/kernel``), without a batch's leading run axis."""
-    params = variables.get("params", variables) if hasattr(variables, "get") else variables
-    out = {}
-    for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
-        name = "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
-        out[name] = int(np.prod(np.shape(x)[1:] if batched else np.shape(x)))
-    return out
-
-
-def _privacy_spent(cfg: Config, rounds_done: int, sizes=None) -> dict:
-    """:func:`accounting.spent`; a failure of the accountant is recorded, never loses the summary."""
-    try:
-        return accounting.spent(cfg, rounds_done, sizes)
-    except Exception as e:  # noqa: BLE001 - the summary must be written
-        return {"error": f"the privacy accountant failed: {type(e).__name__}: {e}"}
-
-
-def _participation(slot: Slot, rounds_done: int):
-    """Each client's participation count over the run's rounds (``summary.json``'s ``participation``): the rounds
-    whose upload arrived (all its sampled rounds when neither availability nor dropout masks them), replayed from
-    the seed with the round's own sampler (:func:`fedalf_jax.sim.round.run_participation`); a failure of the
-    replay is recorded, never loses the summary."""
-    from ..sim.round import run_participation
-    try:
-        clients = (slot.rundir.clients() or {}).get("clients")
-        return [int(c) for c in run_participation(slot.cfg, rounds_done, clients)]
-    except Exception as e:  # noqa: BLE001 - the summary must be written
-        return {"error": f"the participation replay failed: {type(e).__name__}: {e}"}
 
 
 def _finish(slot: Slot, compile_s: float, sizes: Optional[dict] = None, rebuilt: Optional[str] = None) -> None:

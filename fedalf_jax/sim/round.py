@@ -465,7 +465,9 @@ def federation_masks(spec: RoundSpec, state: RunState, k_sel, train_n, classes=N
     return sel, {"valid": valid, "arrived": arrived, "available": n_avail}
 
 
-def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
+def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData, with_late: bool = False):
+    """``(sel, n_sel, outs, fed)``: the round's sampled clients, their sizes and outputs, and its masks (``None``
+    in a plain round); ``with_late``: also the stragglers' ``{"late", "work"}`` metrics (``None`` without)."""
     m = spec.clients_per_round
     k_sel, ckeys = round_keys(state, m)
     fed = None
@@ -513,7 +515,7 @@ def _client_phase(spec: RoundSpec, state: RunState, hp: HParams, data: ClientDat
         outs = jax.tree_util.tree_map(lambda x: jax.lax.all_gather(x, "clients", tiled=True), local(mine, shared))
     else:
         outs = local(per_client, shared)
-    return sel, n, outs, fed, late
+    return (sel, n, outs, fed, late) if with_late else (sel, n, outs, fed)
 
 
 def _fed(hp: HParams) -> dict:
@@ -553,7 +555,7 @@ def device_mesh(devices: int, axis: str):
 
 def round_step(spec: RoundSpec, state: RunState, hp: HParams, data: ClientData):
     """One whole round, mapped over the sampled clients (the compiled program's body)."""
-    sel, n, outs, fed, late = _client_phase(spec, state, hp, data)
+    sel, n, outs, fed, late = _client_phase(spec, state, hp, data, with_late=True)
     new, metrics = server_step(spec, state, sel, n, outs, hp, fed)
     if late is not None:  # stragglers: the late clients and the share of the work done
         metrics = {**metrics, **late}
