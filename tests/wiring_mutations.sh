@@ -1078,7 +1078,7 @@ mutate examples/scaffold1.py "x / ctx.facts.n.astype(x.dtype)" "x / 5.0" \
 # issue 48 item 10: docs/extending.md rewritten around the client program (labels start with "doc48"),
 # tests/test_extending_doc.py
 XD=tests/test_extending_doc.py
-mutate docs/extending.md '`clip`, `noise_multiplier` and `own`' '`clip` and `own`' \
+mutate docs/extending.md '`clip`, `noise_multiplier`, `own` and' '`clip`, `own` and' \
   "doc48: the reserved own hyper-parameter names omit noise_multiplier" "$XD -k reserved"
 mutate docs/extending.md '- **`local_start(ctx) -> params`**:' '- local_start:' \
   "doc48: a piece of fj.local_training without its bullet" "$XD -k documented"
