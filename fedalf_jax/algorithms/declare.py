@@ -80,7 +80,9 @@ class Declares:
     * ``central_sensitivity``: its server step's replace-one L2 sensitivity under ``dp="central"`` in units of
       ``η_g·clip`` (``"2/m"``, ``"2"``), or ``None``: no bound, central DP refused.
     * ``sends_loss`` / ``weighted_by_n``: its clients upload ``l_i = f_i(θ_t)`` / its server weighs them by
-      ``n_i`` (what the privacy record lists beside the mechanism's output).
+      ``n_i`` (what the privacy record lists beside the mechanism's output). ``counts_arrived``: its server, though
+      not weighing by ``n_i``, counts only ``ServerIn.arrived``'s clients (so it runs under availability, dropout
+      and dropped stragglers, as a ``weighted_by_n`` one does).
     * ``upload_privacy(cfg) -> (holds, text)``: under a local mechanism, whether its upload is a function of the
       mechanism's output and public values (``text`` says what the upload is) or not (``text`` says why).
     * ``privacy_refusal(cfg, option, value) -> str | None``: a mechanism it cannot run with at all.
@@ -101,6 +103,7 @@ class Declares:
     central_sensitivity: Optional[str] = None
     sends_loss: bool = False
     weighted_by_n: bool = False
+    counts_arrived: bool = False
     upload_privacy: Callable = _upload_is_the_output
     privacy_refusal: Optional[Callable] = None
     server_work: str = "the weighted mean of the uploads and the model update"

@@ -59,4 +59,4 @@ ADMM_OPTIONS = {"rho": Option(0.1), "server_target": Option("model", private="mo
 
 fedadmm.declares = Declares(label="FedADMM", options=ADMM_OPTIONS, factory_options=("server_target", "dual_from"),
                             central_sensitivity="2/m", upload_privacy=upload_privacy,
-                            server_work="the mean of the uploads and the model update")
+                            server_work="the mean of the uploads and the model update", counts_arrived=True)

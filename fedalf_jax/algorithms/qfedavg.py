@@ -19,4 +19,4 @@ def _ignores(cfg) -> dict:
 
 
 qfedavg.declares = Declares(label="qFedAvg", options={"q": Option(0.1)}, ignores=_ignores, sends_loss=True,
-                            server_work="qFedAvg's weighted update")
+                            server_work="qFedAvg's weighted update", counts_arrived=True)

@@ -492,19 +492,26 @@ def _check_federation(cfg: "Config") -> None:
                           f"the deadline depends on its own data (its size sets its steps), a release outside the "
                           f"mechanism that no accounting here covers; use --straggler-policy partial (every sampled "
                           f"client uploads), or no --ldp/--dp")
-    if drop and cfg.algorithm in BUILTINS and not declared(cfg.algorithm).weighted_by_n:
+    if drop and not _counts_arrived(cfg.algorithm):
         raise ConfigError(f"stragglers with straggler_policy drop and algorithm {cfg.algorithm!r}: its server does not "
                           f"weigh the clients by ServerIn.weights, so a dropped client would count as a zero update "
-                          f"(not built yet); use --straggler-policy partial, or fedavg or fedprox")
+                          f"(not built yet); use --straggler-policy partial, or fedavg, fedprox, qfedavg or fedadmm")
     if av[0] in ("size", "labels") and (cfg.ldp != "none" or cfg.dp != "none"):
         raise ConfigError(f"availability {cfg.availability} with a privacy mechanism: it draws who takes part from each "
                           f"client's own data (its {'training size' if av[0] == 'size' else 'classes'}), a release "
                           f"outside the mechanism that no accounting here covers; use availability beta, cyclic, "
                           f"markov or trace, or no --ldp/--dp")
-    if (av != ("always",) or p > 0) and cfg.algorithm in BUILTINS and not declared(cfg.algorithm).weighted_by_n:
+    if (av != ("always",) or p > 0) and not _counts_arrived(cfg.algorithm):
         raise ConfigError(f"availability {cfg.availability} / dropout {p:g} with algorithm {cfg.algorithm!r}: its server "
                           f"does not weigh the clients by ServerIn.weights, so a missing client would count as a zero "
-                          f"update (not built yet); use fedavg or fedprox, or --availability always --dropout 0")
+                          f"update (not built yet); use fedavg, fedprox, qfedavg or fedadmm, or --availability always --dropout 0")
+
+
+def _counts_arrived(algorithm: str) -> bool:
+    """Its server counts only the arrived clients: it weighs by ``ServerIn.weights`` or reads ``ServerIn.arrived``
+    (as the built-in declares); a user's algorithm sees both and is trusted to."""
+    d = declared(algorithm)
+    return algorithm not in BUILTINS or d.weighted_by_n or d.counts_arrived
 
 
 def _check_stragglers(cfg: "Config") -> bool:

@@ -100,6 +100,9 @@ class ServerIn(NamedTuple):
                         # so it differs across seeds and rounds and is the same on resume
     apply: Any = None   # the model: apply(params, x, *, train=False, key=None) -> (logits, features)
     rounds: Any = None  # the run's --rounds (a Python int): round t is the last when t == rounds - 1
+    arrived: Any = None  # [m] bool under --availability/--dropout: which slots' uploads arrived (the others'
+                         # deltas are zeros, weights 0); None in a plain round (every slot arrived), so a
+                         # server that branches on it in Python leaves the plain round's program as it was
 
 
 SERVER_KEY = 0x5E12  # the constant folded into the round's key for ServerIn.key (central DP's noise uses 0x5EED)
@@ -571,9 +574,13 @@ def weighted_mean_server(s: ServerIn):
 
 
 def mean_server(s: ServerIn):
-    """FedADMM: θ ← θ − η_g mean_i Δ_i."""
+    """FedADMM: θ ← θ − η_g mean_i Δ_i, the mean over the arrived clients (``ServerIn.arrived``)."""
     m = s.weights.shape[0]
-    step = T.weighted_sum(s.deltas, jnp.full((m,), 1.0 / m))
+    if s.arrived is None:
+        w = jnp.full((m,), 1.0 / m)
+    else:
+        w = s.arrived.astype(jnp.float32) / jnp.maximum(jnp.sum(s.arrived), 1).astype(jnp.float32)
+    step = T.weighted_sum(s.deltas, w)
     return T.sub(s.theta, T.scale(step, s.server_lr_t)), s.sstate, _no_info()
 
 
@@ -586,7 +593,13 @@ def qfedavg_server(s: ServerIn):
     dw_sq = sum(jnp.sum(x.reshape(x.shape[0], -1) ** 2, axis=1) for x in jax.tree_util.tree_leaves(dw))
     fq = F ** q
     h = q * F ** (q - 1.0) * dw_sq + fq / s.lr_t
-    step = T.scale(T.weighted_sum(dw, fq), 1.0 / jnp.sum(h))
+    if s.arrived is not None:  # the sums over the arrived clients only (nothing arrived: server_step keeps θ)
+        fq = jnp.where(s.arrived, fq, 0.0)
+        h = jnp.where(s.arrived, h, 0.0)
+        h_sum = jnp.sum(h)
+        step = T.scale(T.weighted_sum(dw, fq), 1.0 / jnp.where(h_sum > 0, h_sum, 1.0))
+    else:
+        step = T.scale(T.weighted_sum(dw, fq), 1.0 / jnp.sum(h))
     return T.sub(s.theta, step), s.sstate, _no_info()
 
 

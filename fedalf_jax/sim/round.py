@@ -387,7 +387,8 @@ def server_step(spec: RoundSpec, state: RunState, sel, n_sel, outs: ClientOut, h
         outs = outs._replace(delta=_masked(arrived, outs.delta, jax.tree_util.tree_map(jnp.zeros_like, outs.delta)))
     s_in = ServerIn(theta, outs.delta, weights, outs.loss, hp.lr * hp.lr_decay ** t,
                     hp.server_lr * hp.server_lr_decay ** t, hp, t, sel, state.sstate, outs.noise_var,
-                    spec.num_clients, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)
+                    spec.num_clients, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds,
+                    None if fed is None else arrived)
     new_theta, sstate, info = C.unpack_server(alg, C.call(alg, "server", alg.server, (s_in,), {}, "s: fj.ServerIn"),
                                               s_in)
     own = own_metrics(alg, info, outs.aux)
