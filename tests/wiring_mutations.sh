@@ -1428,4 +1428,16 @@ mutate fedalf_jax/privacy/guarantee.py '    if how == "non-uniform":' '    if Fa
   "priv58: the guarantee under availability says amplified by sampling" "$P -k says_no_amplification"
 mutate fedalf_jax/config/config.py '    if av[0] in ("size", "labels") and (cfg.ldp != "none" or cfg.dp != "none"):' \
   '    if False:' "priv58: data-drawn availability accepted under a privacy mechanism" "$P -k data_drawn"
+
+# issue 58: the built-in servers that do not weigh by ServerIn.weights count only the arrived clients
+M58=tests/test_federations_servers.py
+# (F^q masked as well: an equivalent mutant in the round, whose missing Δ_i are already zeros; not listed)
+mutate fedalf_jax/sim/algorithms.py "        h = jnp.where(s.arrived, h, 0.0)" "        h = h" \
+  "mask58: qFedAvg's h sum counts the missing clients" "$M58"
+mutate fedalf_jax/sim/algorithms.py "jnp.maximum(jnp.sum(s.arrived), 1).astype(jnp.float32)" "m" \
+  "mask58: FedADMM's mean divides by m, not the arrived count" "$M58"
+mutate fedalf_jax/sim/round.py "                    None if fed is None else arrived)" "                    None)" \
+  "mask58: ServerIn.arrived never set in a federated round" "$M58"
+mutate fedalf_jax/sim/algorithms.py "1.0 / jnp.where(h_sum > 0, h_sum, 1.0)" "1.0 / h_sum" \
+  "mask58: qFedAvg divides by a zero h sum when nothing arrived" "$M58"
 exit $status
