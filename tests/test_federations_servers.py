@@ -62,3 +62,25 @@ def test_nothing_arrived_keeps_theta():
         for a, b in zip(_leaves(state.variables["params"]), _leaves(new.variables["params"])):
             np.testing.assert_array_equal(a, b)
             assert np.isfinite(b).all()
+
+
+def test_the_servers_ignore_a_missing_rows_values_and_an_empty_round_is_finite():
+    """Called directly (a user's wrapper may not zero the missing rows): a missing row's Δ_i and l_i change
+    nothing, and the result equals the server on the arrived rows alone; nothing arrived: a finite θ."""
+    exp, state, _, sel, n, outs = _round("qfedavg", MASK)
+    from fedalf_jax.sim.algorithms import mean_server, qfedavg_server
+    keep = np.flatnonzero(MASK)
+    junk = jax.tree_util.tree_map(lambda x: x + 3.0, outs.delta)  # every row nonzero, the missing ones too
+    theta = state.variables["params"]
+    for server in (qfedavg_server, mean_server):
+        def call(d, loss, s_sel, arrived):
+            m = s_sel.shape[0]
+            return server(ServerIn(theta, d, jnp.full((m,), 1.0 / m), loss, exp.hp.lr, exp.hp.server_lr, exp.hp,
+                                   0, s_sel, (), arrived=arrived))[0]
+        got = call(junk, outs.loss + 1.0, sel, jnp.asarray(MASK))
+        want = call(jax.tree_util.tree_map(lambda x: x[keep], junk), (outs.loss + 1.0)[keep], sel[keep], None)
+        for w, g in zip(_leaves(want), _leaves(got)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        empty = call(junk, outs.loss + 1.0, sel, jnp.zeros(4, bool))
+        for b in _leaves(empty):
+            assert np.isfinite(b).all()
