@@ -232,7 +232,7 @@ def _server(s):
 
 
 @pytest.mark.parametrize("hparams, match", [
-    ({"lr": 0.1}, r"algorithm 'x': hparams: the name 'lr' is one of fj.HParams' own fields \(lr, lr_decay, .*own\); "
+    ({"lr": 0.1}, r"algorithm 'x': hparams: the name 'lr' is one of fj.HParams' own fields \(lr, lr_decay, .*own, fed\); "
                   r"choose another name"),
     ({"1b": 0.1}, r"algorithm 'x': hparams: the name '1b' is not a Python identifier"),
     ({"b": "0.1"}, r"algorithm 'x': hparams: the default of 'b' must be a finite number, got str '0.1'"),

@@ -155,7 +155,7 @@ mutate fedalf_jax/config/identity.py '    d = {**LEGACY, **d}' '    d = dict(d)'
 AP=tests/test_api.py
 mutate fedalf_jax/sim/round.py '    states = T.put(state.client_states, sel, outs.state) if alg.has_client_state else state.client_states' \
   '    states = state.client_states' "api: a user algorithm's per-client state never stored" "$AP -k hand"
-mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)' '                    spec.clients_per_round, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds)' \
+mutate fedalf_jax/sim/round.py '                    spec.num_clients, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds,' '                    spec.clients_per_round, n_sel, outs.aux, server_key(state), model_apply(spec.model), spec.rounds,' \
   "api: ServerIn.num_clients is the round's m" "$AP -k fewer_clients_per_round"
 mutate fedalf_jax/runner/build.py '    test = [np.asarray(t) + n_train for t in te]' '    test = [np.asarray(t) for t in te]' \
   "api: given client lists' test rows index the train examples" "$AP -k hand"

@@ -18,10 +18,10 @@ from .runs import STATUS_WORDS, Cell, Run, _index, _plural, _shorten, cell_guara
 
 CSV_COLUMNS = ("model", "dataset", "partition", "algorithm", "eta_option", "eta", "ranked_by", "seeds", "rounds",
                "last_k", "final_acc_mean", "final_acc_std", "final_angle_mean", "final_angle_std", "final_worst10_mean",
-               "final_worst10_std", "lastK_acc_mean", "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std",
-               "personal_acc_mean", "personal_acc_std", "personal_angle_mean", "personal_angle_std", "guarantee",
-               "eps_spent", "eps_spent_delta", "final_best10_mean", "final_best10_std", "final_variance_mean",
-               "final_variance_std", "final_worst_client_mean", "final_worst_client_std")
+               "final_worst10_std", "final_best10_mean", "final_best10_std", "final_variance_mean",
+               "final_variance_std", "final_worst_client_mean", "final_worst_client_std", "lastK_acc_mean",
+               "lastK_acc_std", "lastK_angle_mean", "lastK_angle_std", "personal_acc_mean", "personal_acc_std",
+               "personal_angle_mean", "personal_angle_std", "guarantee", "eps_spent", "eps_spent_delta")
 FAIR_KEYS = ("worst10", "best10", "variance", "worst_client")  # the fair-FL numbers of the final evaluation
 
 

@@ -29,6 +29,11 @@ class ClientOut(NamedTuple):
     noise_var: Any = 0.0  # Σ over Δ_i's values of their privacy-noise variance (0 unless the server asks)
     aux: Any = None       # the client's auxiliary upload (upload's third element), or None
 
+    @property
+    def dual(self):
+        """The old name of :attr:`state` (0.1), kept for a release: read-only."""
+        return self.state
+
 
 def local_steps(n, epochs: int, batch_size: int, steps=None):
     """The SGD steps a client of ``n`` examples takes in a round: ``epochs · ⌈n / B⌉`` (a padded
