@@ -1420,7 +1420,7 @@ mutate fedalf_jax/privacy/accounting.py '                            cfg.availab
   "priv58: uploads lost to dropout not counted as released" "$P -k really_sent"
 mutate fedalf_jax/privacy/accounting.py '        hi = t' '        hi = participation_bound(q, t)' \
   "priv58: the Binomial(T, m/N) bound stated under non-uniform availability" "$P -k really_sent"
-mutate fedalf_jax/privacy/accounting.py '        eps = central_epsilon(z, m, n, t, cfg.delta, amplified=False)' \
+mutate fedalf_jax/privacy/accounting.py '        eps = central_epsilon(z, m, n, t, cfg.delta, amplified=amp)' \
   '        eps = central_epsilon(z, m, n, t, cfg.delta)' "priv58: the q = 1 noise recorded at the amplified epsilon" "$P -k q_1"
 mutate fedalf_jax/privacy/accounting.py '    return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z), rounds)' '    return dpa.GaussianDpEvent(z)' \
   "priv58: the unamplified Gaussian composed once, not every round" "$P -k q_1"

@@ -552,41 +552,33 @@ def spent(cfg: Any, rounds_done: int, tensor_sizes: Union[Sequence[int], Mapping
     how = sampling(cfg)
     if how != "uniform":  # availability/dropout: what the accounting rests on, in the record
         base.update(sampling=_sampling_text(cfg, how))
-    if mech == "central" and how == "non-uniform":
-        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds), amplified=False)
-        eps = central_epsilon(z, m, n, t, cfg.delta, amplified=False)
-        return {**base, "accountant": ("dp_accounting RDP, the Gaussian composed over every round (q = 1: "
-                                       f"{NO_AMPLIFICATION}), replace-one of a client"),
-                "amplification": NO_AMPLIFICATION,
-                "neighbouring": CENTRAL_NEIGHBOURING, "noise_multiplier": z, "epsilon": eps,
-                "delta": float(cfg.delta), "epsilon_rdp": eps, "epsilon_target": float(cfg.epsilon),
-                "rounds_target": int(cfg.rounds),
-                "statement": (f"After {t} of {int(cfg.rounds)} rounds the released global models are "
-                              f"(ε = {_fmt(eps)}, δ = {cfg.delta:g})-DP for replacing any one client's data "
-                              f"(noise multiplier {_fmt(z)} over the step's replace-one sensitivity, the server "
-                              f"dividing by m = {m} whoever arrives; {NO_AMPLIFICATION} (availability "
-                              f"{cfg.availability}), so every round is accounted as the full Gaussian mechanism, "
-                              f"q = 1); the whole run reaches ε = {cfg.epsilon:g}. The server, which sees the "
-                              f"clipped updates before its noise, is not covered.")}
-    if mech == "central":
-        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds))
-        eps = central_epsilon(z, m, n, t, cfg.delta)
+    if mech == "central":  # amplified at m/N unless availability makes the sampling non-uniform (q = 1)
+        amp = amplified(cfg)
+        z = central_noise_multiplier(cfg.epsilon, cfg.delta, m, n, int(cfg.rounds), amplified=amp)
+        eps = central_epsilon(z, m, n, t, cfg.delta, amplified=amp)
         if how == "dropout":
             base.update(amplification=(f"amplified by sampling {m} of {n} without replacement; each upload then "
                                        f"lost with probability {float(cfg.dropout):g} independently of the data, "
                                        f"which releases less (the server divides by m = {m} whoever arrives)"))
-        return {**base, "accountant": ("dp_accounting RDP, sampling without replacement of m of N clients "
-                                       "(SampledWithoutReplacementDpEvent of a Gaussian, as the simulator samples), "
-                                       "replace-one of a client"),
+        if amp:
+            accountant = ("dp_accounting RDP, sampling without replacement of m of N clients "
+                          "(SampledWithoutReplacementDpEvent of a Gaussian, as the simulator samples), "
+                          "replace-one of a client")
+            how_sampled = f"{m} of {n} clients sampled without replacement each round, amplified by sampling"
+        else:
+            accountant = ("dp_accounting RDP, the Gaussian composed over every round (q = 1: "
+                          f"{NO_AMPLIFICATION}), replace-one of a client")
+            how_sampled = (f"the server dividing by m = {m} whoever arrives; {NO_AMPLIFICATION} (availability "
+                           f"{cfg.availability}), so every round is accounted as the full Gaussian mechanism, q = 1")
+        return {**base, "accountant": accountant, **({} if amp else {"amplification": NO_AMPLIFICATION}),
                 "neighbouring": CENTRAL_NEIGHBOURING, "noise_multiplier": z, "epsilon": eps,
                 "delta": float(cfg.delta), "epsilon_rdp": eps, "epsilon_target": float(cfg.epsilon),
                 "rounds_target": int(cfg.rounds),
                 "statement": (f"After {t} of {int(cfg.rounds)} rounds the released global models are "
                               f"(ε = {_fmt(eps)}, δ = {cfg.delta:g})-DP for replacing any one client's data "
-                              f"(noise multiplier {_fmt(z)} over the step's replace-one sensitivity, {m} of {n} "
-                              f"clients sampled without replacement each round, amplified by sampling); the "
-                              f"whole run reaches ε = {cfg.epsilon:g}. The server, which sees the clipped updates "
-                              f"before its noise, is not covered.")}
+                              f"(noise multiplier {_fmt(z)} over the step's replace-one sensitivity, {how_sampled}); "
+                              f"the whole run reaches ε = {cfg.epsilon:g}. The server, which sees the clipped "
+                              f"updates before its noise, is not covered.")}
     dist = participation(_realised_counts(cfg, t, counts))
     k = dist["max"]  # the headline is a bound for every client: at the largest count reached
     if how == "non-uniform":  # no client's count is Binomial(T, m/N): the mean client's, and every round
