@@ -83,6 +83,23 @@ def test_a_central_budget_the_accountant_cannot_reach_is_refused_in_one_line():
     assert "needs a noise multiplier above 1024" in msg and "choose a larger epsilon or delta" in msg
 
 
+def test_validating_a_central_config_checks_the_budget_without_calibrating(monkeypatch):
+    """Issue 56 item 3: validation refuses what the calibration would refuse (above), at one evaluation of
+    the accountant for a reachable budget (ε at Z_MAX), not the ~15 of a calibration (building calibrates:
+    the tests above). Counted on a spy of dp_accounting's event composition, a count independent of the module's caches."""
+    import dp_accounting as dpa
+    calls, real = [], dpa.SampledWithoutReplacementDpEvent
+
+    def spy(n, m, event):
+        calls.append(event.noise_multiplier)
+        return real(n, m, event)
+
+    monkeypatch.setattr(dpa, "SampledWithoutReplacementDpEvent", spy)
+    cfg = Config(algorithm="fedavg", dp="central", epsilon=3.25, delta=1e-5, clients=37, clients_per_round=6,
+                 rounds=11)  # a budget no other test calibrates: nothing cached
+    assert calls == [A.Z_MAX] and cfg.dp == "central"
+
+
 def test_central_accountant_returns_at_its_range_ends():
     """Its cost does not depend on q, z or the rounds: the ends of the accepted range return (the PLD
     accounting of before hung at small q)."""

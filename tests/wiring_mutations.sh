@@ -1440,4 +1440,8 @@ mutate fedalf_jax/sim/round.py "                    None if fed is None else arr
   "mask58: ServerIn.arrived never set in a federated round" "$M58"
 mutate fedalf_jax/sim/algorithms.py "1.0 / jnp.where(h_sum > 0, h_sum, 1.0)" "1.0 / h_sum" \
   "mask58: qFedAvg divides by a zero h sum when nothing arrived" "$M58"
+
+# issue 56 item 3: validating a central-DP config checks the budget without calibrating (label suite56)
+mutate fedalf_jax/privacy/guarantee.py "A.check_central_budget(eps," "A.central_noise_multiplier(eps," \
+  "suite56: validation calibrates central DP's noise" "tests/test_privacy_sampling.py -k validating"
 exit $status

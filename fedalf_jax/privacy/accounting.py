@@ -63,6 +63,7 @@ __all__ = [
     "central",
     "central_epsilon",
     "central_noise_multiplier",
+    "check_central_budget",
     "expected_participations",
     "epsilon_spent",
     "gaussian_local",
@@ -418,6 +419,24 @@ def central_epsilon(noise_multiplier: float, clients_per_round: int, clients: in
     return _central_composed(z, m, n, _count("rounds", rounds), delta)
 
 
+def _eps_of(m: int, n: int, rounds: int, delta: float, amplified: bool):
+    """z -> the accountant's ε at ``delta`` of the run (cached per z: :func:`_central_composed`)."""
+    if amplified:
+        return lambda z: _central_composed(z, m, n, rounds, delta)
+    return lambda z: _central_unamplified(z, rounds, delta)
+
+
+def _refuse_unreachable(epsilon: float, delta: float, m: int, n: int, rounds: int, amplified: bool) -> None:
+    """One line for a budget that no ``z`` in [Z_MIN, Z_MAX] keeps (ε falls with ``z``: both ends above
+    ``epsilon``); one evaluation of the accountant for a reachable budget, two at most."""
+    eps = _eps_of(m, n, rounds, delta, amplified)
+    if eps(Z_MAX) <= epsilon or eps(Z_MIN) <= epsilon:
+        return
+    raise ValueError(f"epsilon={epsilon:g} at delta={delta:g} over {rounds} rounds of {m} of {n} clients needs a "
+                     f"noise multiplier above {Z_MAX:g}, beyond the accountant's range (its epsilon there is "
+                     f"{eps(Z_MAX):.3g}); choose a larger epsilon or delta, or fewer rounds")
+
+
 @functools.lru_cache(maxsize=128)
 def _calibrate(epsilon: float, delta: float, m: int, n: int, rounds: int, amplified: bool = True) -> float:
     """The smallest ``z`` in [:data:`Z_MIN`, :data:`Z_MAX`] (to 1e-6) whose ε is within ``epsilon``:
@@ -426,18 +445,14 @@ def _calibrate(epsilon: float, delta: float, m: int, n: int, rounds: int, amplif
     needed: conservative); one that ``Z_MAX`` does not keep is refused in one line."""
     import dp_accounting as dpa
 
-    def eps(z):
-        return _central_composed(z, m, n, rounds, delta) if amplified else _central_unamplified(z, rounds, delta)
+    eps = _eps_of(m, n, rounds, delta, amplified)
 
     def event(z):
         return _sampled_gaussian(z, m, n, rounds) if amplified else _gaussian_rounds(z, rounds)
 
     if eps(Z_MIN) <= epsilon:
         return Z_MIN
-    if eps(Z_MAX) > epsilon:
-        raise ValueError(f"epsilon={epsilon:g} at delta={delta:g} over {rounds} rounds of {m} of {n} clients needs a "
-                         f"noise multiplier above {Z_MAX:g}, beyond the accountant's range (its epsilon there is "
-                         f"{eps(Z_MAX):.3g}); choose a larger epsilon or delta, or fewer rounds")
+    _refuse_unreachable(epsilon, delta, m, n, rounds, amplified)
     lo, hi = -5, 10  # exponents with ε(max(2^lo, Z_MIN)) > epsilon ≥ ε(2^hi) (2^-5 < Z_MIN, 2^10 = Z_MAX)
     while hi - lo > 1:  # bisect the power of 2 first: a narrow bracket costs Brent's method fewer evaluations
         mid = (lo + hi) // 2
@@ -447,6 +462,16 @@ def _calibrate(epsilon: float, delta: float, m: int, n: int, rounds: int, amplif
         bracket_interval=dpa.ExplicitBracketInterval(max(2.0 ** lo, Z_MIN), 2.0 ** hi), tol=1e-6))
 
 
+def _central_args(epsilon, delta, clients_per_round, clients, rounds) -> tuple:
+    epsilon, delta = _pos("epsilon", epsilon), _prob("delta", delta)
+    m, n = _sample(clients_per_round, clients)
+    rounds = _count("rounds", rounds)
+    _within("epsilon", epsilon, EPSILON_MIN_CENTRAL, EPSILON_MAX, "central DP's calibration")
+    if rounds == 0:
+        raise ValueError("rounds=0: a run of no rounds releases nothing; no noise multiplier to calibrate")
+    return epsilon, delta, m, n, rounds
+
+
 def central_noise_multiplier(epsilon: float, delta: float, clients_per_round: int, clients: int,
                              rounds: int, amplified: bool = True) -> float:
     """The noise multiplier ``z`` (the server noise's std over its step's replace-one sensitivity) with
@@ -454,13 +479,16 @@ def central_noise_multiplier(epsilon: float, delta: float, clients_per_round: in
     replacement each round, spend (``epsilon``, ``delta``): :func:`central_epsilon` of it is at most
     ``epsilon`` (within ~1e-6 of it; the smallest such ``z`` to 1e-6). ``amplified=False``: calibrated
     without amplification by sampling (``q = 1``, :func:`central_epsilon`)."""
-    epsilon, delta = _pos("epsilon", epsilon), _prob("delta", delta)
-    m, n = _sample(clients_per_round, clients)
-    rounds = _count("rounds", rounds)
-    _within("epsilon", epsilon, EPSILON_MIN_CENTRAL, EPSILON_MAX, "central DP's calibration")
-    if rounds == 0:
-        raise ValueError("rounds=0: a run of no rounds releases nothing; no noise multiplier to calibrate")
+    epsilon, delta, m, n, rounds = _central_args(epsilon, delta, clients_per_round, clients, rounds)
     return _calibrate(epsilon, delta, m, n, rounds) if amplified else _calibrate(epsilon, delta, m, n, rounds, False)
+
+
+def check_central_budget(epsilon: float, delta: float, clients_per_round: int, clients: int, rounds: int,
+                         amplified: bool = True) -> None:
+    """Refuses, with :func:`central_noise_multiplier`'s ValueError, exactly the budgets it refuses, without
+    calibrating (one or two evaluations of the accountant instead of ~15): what validating a config does."""
+    epsilon, delta, m, n, rounds = _central_args(epsilon, delta, clients_per_round, clients, rounds)
+    _refuse_unreachable(epsilon, delta, m, n, rounds, bool(amplified))
 
 
 def central(epsilon: float, delta: float, clients_per_round: int, clients: int, rounds: int) -> dict:

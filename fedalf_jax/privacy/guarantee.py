@@ -108,9 +108,9 @@ def _check_accountable(cfg: PrivacyOptions) -> None:
     if q < A.Q_MIN:
         raise ConfigError(f"clients_per_round/clients = {q:g} is below the privacy accountant's range for dp central "
                           f"(q >= {A.Q_MIN:g}); raise --clients-per-round or lower --clients")
-    try:  # the noise multiplier this run will use (cached): a budget it cannot reach is refused here
-        A.central_noise_multiplier(eps, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds,
-                                   amplified=A.amplified(cfg))
+    try:  # a budget the calibration cannot reach is refused here, without calibrating (building does that)
+        A.check_central_budget(eps, cfg.delta, cfg.clients_per_round, cfg.clients, cfg.rounds,
+                               amplified=A.amplified(cfg))
     except ValueError as e:
         raise ConfigError(f"dp central: {e}") from None
 
