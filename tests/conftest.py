@@ -1,5 +1,6 @@
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -92,6 +93,17 @@ else:
 _CHOSEN = "FEDALF_TEST_COMPILE_CACHE_CHOSEN"  # the folder this file chose (a worker inherits its controller's)
 if os.environ.get("FEDALF_COMPILE_CACHE", os.environ.get(_CHOSEN)) == os.environ.get(_CHOSEN):
     os.environ["FEDALF_COMPILE_CACHE"] = os.environ[_CHOSEN] = os.path.join(os.environ[_SESSION_ROOT], _FOLDER)
+
+# Bytecode: a shell with PYTHONDONTWRITEBYTECODE set (this project's CI machines have it) makes every Python
+# process compile fedalf_jax's ~120 modules from source again, ~0.3 s of CPU before anything else, and the suite
+# starts ~170 of them (each `fedalf` subprocess, sweep process and notebook kernel) besides the two workers. The
+# tests write it instead to a folder beside their compilation cache (PYTHONPYCACHEPREFIX: nothing in the
+# checkout), for this process, its workers and every subprocess; a caller's own PYTHONPYCACHEPREFIX wins.
+# tests/test_startup.py::test_the_tests_processes_keep_their_bytecode holds it.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None or sys.dont_write_bytecode:
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(os.environ[_SESSION_ROOT], "bytecode"))
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
 
 # Every dot at full float32 (a GPU's default would use TF32, too loose for the float64 references), set in
 # the environment so that the `fedalf` subprocesses the tests start trace with it too: a program traced

@@ -346,3 +346,17 @@ def test_a_second_session_loads_what_the_first_compiled_and_session_leaves_nothi
     assert second == first  # nothing compiled nor written again: every program was loaded
     _session(suite, "session", tmp_path)
     assert list((tmp_path / "tmp").iterdir()) == []  # the session's temporary folder is removed at its end
+
+
+def test_the_tests_processes_keep_their_bytecode(tmp_path):
+    """tests/conftest.py: the suite's processes write the bytecode they compile, even from a shell with
+    PYTHONDONTWRITEBYTECODE set (this project's CI machines), to a folder outside the checkout, so each of its
+    ~170 subprocesses does not compile fedalf_jax's modules again (~0.3 s of CPU each)."""
+    code = "import sys, fedalf_jax; print(sys.flags.dont_write_bytecode, sys.dont_write_bytecode, sys.pycache_prefix)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    flag, dont, prefix = out.stdout.split()
+    assert out.returncode == 0 and (flag, dont) == ("0", "False") and not sys.dont_write_bytecode
+    if prefix != "None":  # the shell had PYTHONDONTWRITEBYTECODE (or its own prefix): not in the checkout
+        root = Path(__file__).resolve().parent.parent
+        assert not Path(prefix).resolve().is_relative_to(root)
+        assert any(Path(prefix).rglob("fedalf_jax/__init__.*.pyc"))
