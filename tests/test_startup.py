@@ -289,7 +289,7 @@ def test_a_fedalf_subprocess_loads_the_programs_this_test_process_compiled(tmp_p
 def test_the_tests_subprocesses_cache_more_of_their_programs_than_the_workers():
     """conftest: a `fedalf` process the tests start writes every program it compiles, so that the next one
     loads them all (the tests start ~160 of a few tiny configurations); the test processes themselves write
-    those over 0.2 s (they run thousands of programs, and each write lists the whole folder). Unless the caller
+    those over 0.05 s (they run thousands of programs, and each write lists the whole folder). Unless the caller
     set JAX's threshold: then both use it."""
     if os.environ.get("FEDALF_TEST_WORKER_MIN_COMPILE_TIME_SECS") is None:
         pytest.skip(f"the caller set {C.MIN_TIME_ENV}")
@@ -297,7 +297,7 @@ def test_the_tests_subprocesses_cache_more_of_their_programs_than_the_workers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == 0
-    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.2
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.05
 
 
 # -- the suite's own cache, kept between sessions (issue 49, item 4)
