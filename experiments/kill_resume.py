@@ -1,6 +1,6 @@
 """Kill a sweep with SIGKILL at random moments, resume it, and compare with an uninterrupted sweep.
 
-    python experiments/kill_resume.py --kills 5 --seed 0 [--out /tmp/kill_resume]
+    python experiments/kill_resume.py --kills 5 --seed 0 [--rounds 12] [--out /tmp/kill_resume]
 
 Each trial starts the same small sweep (synthetic data; FedALF with history rows and FedAvg, seeds
 × learning rates, a checkpoint every 2 rounds, 3 runs per program call) in a subprocess, kills it
@@ -29,8 +29,12 @@ SWEEP = ["--dataset", "synthetic", "--model", "mlp", "--clients", "8", "--client
          "--seeds", "0", "1", "--lr", "0.02", "0.1", "--sweep-chunk", "3", "--no-progress"]
 
 
-def fedalf(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", "sweep", *SWEEP, *args],
+ROUNDS = SWEEP.index("--rounds") + 1  # --rounds N replaces SWEEP[ROUNDS]
+
+
+def fedalf(*args, rounds=None, **kw):
+    sweep = SWEEP if rounds is None else [*SWEEP[:ROUNDS], str(rounds), *SWEEP[ROUNDS + 1:]]
+    return subprocess.Popen([sys.executable, "-m", "fedalf_jax.cli", "sweep", *sweep, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
@@ -74,12 +78,15 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="/tmp/kill_resume")
+    p.add_argument("--rounds", type=int, default=None, help="the sweep's rounds (default 12; at least 4)")
     a = p.parse_args()
+    if a.rounds is not None and a.rounds < 4:
+        p.error("--rounds must be at least 4 (the kill lands before the sweep's last 8 evaluation rows)")
     root = Path(a.out)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     t0 = time.time()
-    if fedalf("--out", str(root / "reference")).wait() != 0:
+    if fedalf("--out", str(root / "reference"), rounds=a.rounds).wait() != 0:
         print("the reference sweep failed")
         return 1
     duration = time.time() - t0
@@ -94,7 +101,7 @@ def main() -> int:
         target = rng.randint(1, rows(root / "reference") - 8)  # rows arrive a program call at a time
         extra = rng.uniform(0.0, 0.2)
         t_start = time.time()
-        proc = fedalf("--out", str(d))
+        proc = fedalf("--out", str(d), rounds=a.rounds)
         while rows(d) < target and proc.poll() is None:
             time.sleep(0.02)
         time.sleep(extra)
@@ -104,7 +111,7 @@ def main() -> int:
         at = rows(d)
         ckpts = len(list(d.glob("*/checkpoint.npz"))) if d.exists() else 0
         done = len(list(d.glob("*/summary.json"))) if d.exists() else 0
-        if fedalf("--resume", "--out", str(d)).wait() != 0:
+        if fedalf("--resume", "--out", str(d), rounds=a.rounds).wait() != 0:
             print(f"trial {k}: the resume failed")
             failures += 1
             continue
