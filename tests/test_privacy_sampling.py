@@ -86,7 +86,8 @@ def test_a_central_budget_the_accountant_cannot_reach_is_refused_in_one_line():
 def test_validating_a_central_config_checks_the_budget_without_calibrating(monkeypatch):
     """Issue 56 item 3: validation refuses what the calibration would refuse (above), at one evaluation of
     the accountant for a reachable budget (ε at Z_MAX), not the ~15 of a calibration (building calibrates:
-    the tests above). Counted on a spy of dp_accounting's event composition, a count independent of the module's caches."""
+    the tests above). Counted on a spy of dp_accounting's event composition, a count independent of the
+    module's caches."""
     import dp_accounting as dpa
     calls, real = [], dpa.SampledWithoutReplacementDpEvent
 
